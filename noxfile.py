@@ -1,0 +1,47 @@
+"""Thin nox sessions: each one calls the llamaspec package (see README for examples)."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["lint", "tests"]
+
+
+def _install(session: nox.Session, *extras: str) -> None:
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", spec)
+
+
+def _build(session: nox.Session, backend: str) -> None:
+    _install(session, "embedded")
+    session.run("llamaspec", "build", "--backend", backend, *session.posargs, external=False)
+
+
+@nox.session(name="build-cpu")
+def build_cpu(session: nox.Session) -> None:
+    """Fetch, patch, build and smoke-test llama-server for the CPU."""
+    _build(session, "cpu")
+
+
+@nox.session
+def smoke(session: nox.Session) -> None:
+    """Smoke-test an existing artifact: `nox -s smoke -- --artifact ID`."""
+    _install(session, "embedded")
+    session.run("llamaspec", "smoke", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Unit and integration tests (integration builds a real llama-server)."""
+    _install(session, "test")
+    session.run("pytest", *(session.posargs or ["tests"]))
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and format check."""
+    session.install("ruff")
+    session.run("ruff", "check", "src", "tests", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "noxfile.py")

@@ -1,0 +1,141 @@
+"""CMake flag profiles per engine × backend, user defines, and their validation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LlamaspecError, did_you_mean
+
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*$")
+BOOL_VALUES = {"ON", "OFF", "TRUE", "FALSE", "YES", "NO", "1", "0"}
+
+
+@dataclass(frozen=True)
+class Define:
+    """One CMake cache define and where it came from (for error messages and the manifest)."""
+
+    name: str
+    value: str
+    origin: str
+
+    @property
+    def arg(self) -> str:
+        return f"-D{self.name}={self.value}"
+
+
+@dataclass(frozen=True)
+class Flag:
+    value: str
+    meaning: str
+
+
+# Profiles are data: every define with what it does. `(engine, backend)` → {define: Flag}.
+COMMON: dict[str, Flag] = {
+    "CMAKE_BUILD_TYPE": Flag("Release", "optimised build with assertions off"),
+    "GGML_NATIVE": Flag("ON", "tune kernels for the CPU of the build machine (-march=native)"),
+    "LLAMA_BUILD_TESTS": Flag("OFF", "skip the engine's own test programs"),
+    "LLAMA_BUILD_EXAMPLES": Flag("OFF", "skip example programs the server does not need"),
+    "LLAMA_BUILD_SERVER": Flag("ON", "build llama-server"),
+    "LLAMA_CURL": Flag("OFF", "no libcurl: models are downloaded by llamaspec, not the server"),
+}
+PROFILES: dict[tuple[str, str], dict[str, Flag]] = {
+    ("llama.cpp", "cpu"): {
+        **COMMON,
+        "LLAMA_USE_PREBUILT_UI": Flag(
+            "OFF", "do not download web UI assets from Hugging Face during the build"
+        ),
+    },
+    ("ik_llama.cpp", "cpu"): {**COMMON},
+}
+
+
+def profile(engine: str, backend: str) -> dict[str, Flag]:
+    try:
+        return PROFILES[(engine, backend)]
+    except KeyError:
+        backends = sorted(b for e, b in PROFILES if e == engine)
+        raise LlamaspecError(
+            f"No {backend!r} build profile for {engine}.{did_you_mean(backend, backends)} "
+            f"Profiles for {engine}: {', '.join(backends) or '(none)'}."
+        ) from None
+
+
+def parse_define(text: str, origin: str) -> Define:
+    """Parse `K=V` or `-DK=V` (optionally `K:TYPE=V`) and reject malformed input early."""
+    raw = text[2:] if text.startswith("-D") else text
+    if "=" not in raw:
+        raise LlamaspecError(
+            f"--define {text!r} has no value: write it as NAME=VALUE, e.g. --define GGML_OPENMP=ON."
+        )
+    name, value = raw.split("=", 1)
+    name = name.split(":", 1)[0].strip()
+    if not NAME.match(name):
+        raise LlamaspecError(
+            f"--define {text!r}: {name!r} is not a CMake variable name (letters, digits and _ "
+            "only). Write it as NAME=VALUE, e.g. --define GGML_OPENMP=ON."
+        )
+    if name.startswith(("GGML_", "LLAMA_")) and value == "":
+        raise LlamaspecError(f"--define {text!r} sets {name} to an empty value; give a value.")
+    return Define(name, value, origin)
+
+
+def merge(engine: str, backend: str, extras: Sequence[Define]) -> list[Define]:
+    """Profile defines overlaid by extras (later wins), in a stable order."""
+    merged: dict[str, Define] = {
+        name: Define(name, flag.value, f"profile {engine}/{backend}")
+        for name, flag in profile(engine, backend).items()
+    }
+    for d in extras:
+        merged[d.name] = d
+    return list(merged.values())
+
+
+_UNUSED = re.compile(
+    r"Manually-specified variables were not used by the project:\s*\n\n((?:\s+\S+\n)+)"
+)
+_OPTION = re.compile(r"\b(?:option|cmake_dependent_option)\s*\(\s*([A-Za-z0-9_]+)", re.I)
+_SET_CACHE = re.compile(r"\bset\s*\(\s*([A-Za-z0-9_]+)\s+[^)]*\bCACHE\b", re.I)
+
+
+def unused_defines(configure_output: str) -> list[str]:
+    """Names CMake reports under 'Manually-specified variables were not used'."""
+    m = _UNUSED.search(configure_output)
+    return [ln.strip() for ln in m.group(1).splitlines() if ln.strip()] if m else []
+
+
+def tree_options(tree: Path) -> set[str]:
+    """Every option()/CACHE variable the tree declares (for did-you-mean)."""
+    names: set[str] = set()
+    for path in (*tree.rglob("CMakeLists.txt"), *tree.rglob("*.cmake")):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        names.update(_OPTION.findall(text))
+        names.update(_SET_CACHE.findall(text))
+    return names
+
+
+def check_unused(
+    output: str, defines: Iterable[Define], known: Iterable[str], cache: Mapping[str, str]
+) -> None:
+    """Raise when CMake ignored any define, naming the closest real option and its origin."""
+    unused = unused_defines(output)
+    if not unused:
+        return
+    by_name = {d.name: d for d in defines}
+    choices = sorted({*known, *cache})
+    lines = []
+    for name in unused:
+        origin = by_name[name].origin if name in by_name else "the command line"
+        lines.append(
+            f"{name} (from {origin}) is not an option of this tree.{did_you_mean(name, choices)}"
+        )
+    raise LlamaspecError(
+        "CMake ignored defines that would have silently done nothing: "
+        + " ".join(lines)
+        + " Fix the spelling or drop the define; nothing was built."
+    )

@@ -1,0 +1,69 @@
+"""The build pipeline in one place: BuildSpec → fetch → patch → build (→ smoke)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from . import build as build_stage
+from . import config, flags, patches, smoke, sources, toolchain
+from .embedded import embedded_model
+from .errors import choose
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """Everything a build needs, validated before any work starts."""
+
+    engine: str = "llama.cpp"
+    pin: str | None = None
+    source: sources.SourceKind = "auto"
+    source_dir: Path | None = None
+    backend: str = "cpu"
+    patch: tuple[str, ...] = ()
+    no_patch: tuple[str, ...] = ()
+    no_default_patches: bool = False
+    defines: tuple[str, ...] = ()
+    jobs: int | None = None
+    dist: Path = field(default_factory=lambda: Path("dist"))
+    smoke: bool = True
+
+
+def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> build_stage.Artifact:
+    engines = config.load_engines(root)
+    engine = engines[choose("engine", spec.engine, engines)]
+    choose("backend", spec.backend, ("cpu", "cuda", "vulkan"))
+    extra = [flags.parse_define(d, "--define") for d in spec.defines]
+    flags.profile(engine.name, spec.backend)
+    series = config.load_series(root)
+    selected = patches.select(
+        series, engine.name, spec.patch, spec.no_patch, spec.no_default_patches
+    )
+    tools = toolchain.detect()
+    say = console.print
+    tree = sources.fetch(engine, spec.pin, spec.source, spec.source_dir, say)
+    patched = patches.apply(tree, selected, root or _root(), say)
+    artifact = build_stage.build(
+        engine, patched, spec.backend, extra, tools, spec.dist, spec.jobs, console
+    )
+    console.print(f"artifact: {artifact.id} → {artifact.path}")
+    if spec.smoke:
+        run_smoke(artifact, console, root)
+    return artifact
+
+
+def run_smoke(
+    artifact: build_stage.Artifact, console: Console, root: Path | None = None
+) -> smoke.SmokeReport:
+    engines = config.load_engines(root)
+    engine = engines[choose("engine", artifact.manifest["engine"], engines)]
+    model = embedded_model(console.print)
+    return smoke.smoke(artifact, engine, model, artifact.path, console)
+
+
+def _root() -> Path:
+    from .paths import project_root
+
+    return project_root()
