@@ -126,7 +126,7 @@ def apply(
         gitutil.git("clone", "-q", "--shared", source.path, tmp)
         for entry, text, digest in texts:
             src = f"file:patches/{entry.engine}/{entry.file}"
-            status = _apply_one(tmp, entry, text)
+            status = _apply_one(tmp, entry, text, f"{source.engine}@{source.short}")
             statuses.append(PatchStatus(entry.id, entry.title, status, digest, src))
             say(f"patches: {entry.id}: {status}")
         gitutil.git("add", "-A", cwd=tmp)
@@ -135,7 +135,7 @@ def apply(
     return PatchedTree(source=source, path=final, patches=tuple(statuses))
 
 
-def _apply_one(tree: Path, entry: PatchEntry, text: str) -> Status:
+def _apply_one(tree: Path, entry: PatchEntry, text: str, label: str) -> Status:
     rev = gitutil.git("apply", "--check", "-R", "-", cwd=tree, check=False, input_text=text)
     if rev.returncode == 0:
         return "already-in-base"
@@ -144,12 +144,8 @@ def _apply_one(tree: Path, entry: PatchEntry, text: str) -> Status:
         return "applied"
     failed = [ln for ln in proc.stderr.splitlines() if ln.startswith(("error:", "U "))]
     raise LlamaspecError(
-        f"Patch {entry.id!r} ({entry.title}) does not apply to {entry.engine}@{_short(tree)}: "
+        f"Patch {entry.id!r} ({entry.title}) does not apply to {label}: "
         + "; ".join(failed[:8] or proc.stderr.strip().splitlines()[-3:])
         + ". The cached source was left untouched. Pick a pin the patch was written for, drop "
         f"it with --no-patch {entry.id}, or refresh patches/{entry.engine}/{entry.file}."
     )
-
-
-def _short(tree: Path) -> str:
-    return gitutil.head(tree)[:7]

@@ -1,0 +1,35 @@
+"""Session-wide fixtures: one real upstream build (with smoke) shared by every integration test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamaspec.build import Artifact, load_artifact
+from llamaspec.embedded import embedded_model
+
+from helpers import llamaspec
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """The embedded Gemma 3 270M Q4_K_M GGUF (sha256-verified)."""
+    return embedded_model()
+
+
+@pytest.fixture(scope="session")
+def upstream_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Artifact, str]:
+    """`llamaspec build` of upstream at its default pin from the PyPI mirror, smoke included."""
+    dist = tmp_path_factory.mktemp("dist")
+    proc = llamaspec("build", "--engine", "llama.cpp", "--source", "pypi", "--dist", str(dist))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    ids = [p.name for p in dist.iterdir() if (p / "manifest.json").is_file()]
+    assert len(ids) == 1, output
+    return load_artifact(dist, ids[0]), output
+
+
+@pytest.fixture(scope="session")
+def upstream_artifact(upstream_build: tuple[Artifact, str]) -> Artifact:
+    return upstream_build[0]

@@ -1,0 +1,21 @@
+"""Helpers for integration tests: run the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def llamaspec(*args: str, cwd: Path = ROOT, timeout: float = 3600) -> subprocess.CompletedProcess:
+    """Run the real `llamaspec` CLI in a subprocess, output captured (and echoed on failure)."""
+    return subprocess.run(
+        [sys.executable, "-m", "llamaspec.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

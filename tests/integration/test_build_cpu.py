@@ -1,0 +1,79 @@
+"""The full `llamaspec build` of upstream llama.cpp from the PyPI mirror, with its smoke test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from helpers import llamaspec
+
+pytestmark = pytest.mark.integration
+
+
+def test_build_smoke_passes_with_drafts_accepted(upstream_build) -> None:
+    artifact, output = upstream_build
+    assert "smoke: PASSED" in output
+    assert "equivalence: code:" in output and "equivalence: prose:" in output
+    report = json.loads((artifact.path / "smoke.json").read_text())
+    assert report["passed"] and report["accepted"] > 0 and report["drafted"] >= report["accepted"]
+    for result in report["results"]:
+        assert result["verdict"]["kind"] in ("identical", "near-tie")
+        assert result["speculative"]["draft_n"] > 0
+
+
+def test_manifest_records_inputs_and_binary(upstream_artifact) -> None:
+    m = upstream_artifact.manifest
+    assert m["engine"] == "llama.cpp"
+    assert m["commit"] == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    assert m["source"]["origin"] == "pypi-sdist"
+    assert "llama-cpp-python==0.3.36" in m["source"]["detail"]
+    names = {d["name"]: d["value"] for d in m["defines"]}
+    assert names["LLAMA_CURL"] == "OFF" and names["CMAKE_BUILD_TYPE"] == "Release"
+    assert m["toolchain"]["cmake"] and m["toolchain"]["compiler"]
+    assert len(m["binary_sha256"]) == 64 and m["build_seconds"]["compile"] >= 0
+
+
+def test_version_names_the_pinned_commit(upstream_artifact) -> None:
+    out = subprocess.run(
+        [upstream_artifact.server, "--version"], capture_output=True, text=True, check=True
+    )
+    assert "commit 0c1e570" in out.stdout + out.stderr
+
+
+def test_dist_is_self_contained(upstream_artifact) -> None:
+    ldd = subprocess.run(
+        ["ldd", upstream_artifact.server], capture_output=True, text=True, check=True
+    ).stdout
+    for line in ldd.splitlines():
+        if "libllama" in line or "libggml" in line:
+            assert str(upstream_artifact.path / "lib") in line, line
+    assert "not found" not in ldd
+
+
+def test_same_request_again_compiles_nothing(upstream_artifact) -> None:
+    proc = llamaspec(
+        "build", "--source", "pypi", "--dist", str(upstream_artifact.path.parent), "--no-smoke"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"build: {upstream_artifact.id} is up to date" in proc.stdout
+    assert "configure:" not in proc.stdout
+
+
+def test_misspelt_define_fails_fast_with_did_you_mean(upstream_artifact, tmp_path) -> None:
+    proc = llamaspec(
+        "build",
+        "--source",
+        "pypi",
+        "--dist",
+        str(tmp_path),
+        "--no-smoke",
+        "--define",
+        "GGML_USE_OPENMP=ON",
+    )
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 2
+    assert "GGML_USE_OPENMP (from --define) is not an option of this tree" in text
+    assert "Did you mean 'GGML_OPENMP'" in text
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,123 @@
+"""Build-stage logic that needs no compiler: defines, artifact ids, error extraction."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from llamaspec import build, flags
+from llamaspec.errors import LlamaspecError
+from llamaspec.patches import PatchedTree, PatchStatus
+from llamaspec.sources import SourceTree
+from llamaspec.toolchain import Toolchain
+
+from gitrepos import make_engine
+
+pytestmark = pytest.mark.unit
+
+TOOLS = Toolchain("cmake", "3.25.1", "ninja", "1.11.1", "c++", "c++ (Debian 12.2.0) 12.2.0", None)
+
+
+def patched(origin: str = "pypi-sdist", applied: tuple[str, ...] = ()) -> PatchedTree:
+    src = SourceTree(Path("/x"), "llama.cpp", "a" * 40, origin, "d", False, "key-" + origin)  # type: ignore[arg-type]
+    statuses = tuple(PatchStatus(p, p, "applied", "f" * 64, "file:x") for p in applied)
+    return PatchedTree(src, Path("/x"), statuses)
+
+
+def aid(tree: PatchedTree, defines=(), tools: Toolchain = TOOLS) -> str:
+    engine = make_engine("a" * 40)
+    merged = [
+        *flags.merge("llama.cpp", "cpu", list(defines)),
+        *build.internal_defines(engine, tree),
+    ]
+    return build.artifact_id(engine, tree, "cpu", merged, tools)
+
+
+def test_artifact_id_is_stable_and_ignores_where_the_source_came_from() -> None:
+    assert aid(patched()) == aid(patched())
+    assert aid(patched("git")) == aid(patched("pypi-sdist"))
+    assert aid(patched()).startswith("llamacpp-cpu-")
+
+
+def test_artifact_id_changes_with_what_changes_the_binary() -> None:
+    base = aid(patched())
+    assert aid(patched(applied=("p1",))) != base
+    assert aid(patched(), [flags.parse_define("GGML_OPENMP=OFF", "cli")]) != base
+    newer = dataclasses.replace(TOOLS, cxx_version="c++ (Debian 13) 13.1")
+    assert aid(patched(), tools=newer) != base
+
+
+def test_version_stamp_marks_patched_builds() -> None:
+    engine = make_engine("a" * 40, build_number=11312)
+    stamp = {d.name: d.value for d in build.internal_defines(engine, patched(applied=("p",)))}
+    assert stamp["LLAMA_BUILD_COMMIT"] == "aaaaaaa+1p"
+    assert stamp["LLAMA_BUILD_NUMBER"] == "11312"
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "value"),
+    [("GGML_OPENMP=ON", "GGML_OPENMP", "ON"), ("-DFOO:BOOL=OFF", "FOO", "OFF"), ("A=", "A", "")],
+)
+def test_parse_define(text: str, name: str, value: str) -> None:
+    d = flags.parse_define(text, "cli")
+    assert (d.name, d.value, d.arg) == (name, value, f"-D{name}={value}")
+
+
+@pytest.mark.parametrize("text", ["GGML_CUDA_DISABLE_GRAPHS", "-D=1", "GGML CUDA=ON", "GGML_X="])
+def test_bad_define_is_caught_before_cmake(text: str) -> None:
+    with pytest.raises(LlamaspecError, match="--define"):
+        flags.parse_define(text, "cli")
+
+
+CONFIGURE_OUT = """-- Generating done
+CMake Warning:
+  Manually-specified variables were not used by the project:
+
+    GGML_USE_OPENMP
+    LLAMA_FOO
+
+
+-- Build files have been written to: /b
+"""
+
+
+def test_unused_defines_become_did_you_mean_errors(tmp_path: Path) -> None:
+    (tmp_path / "CMakeLists.txt").write_text('option(GGML_OPENMP "use OpenMP" ON)\n')
+    assert flags.unused_defines(CONFIGURE_OUT) == ["GGML_USE_OPENMP", "LLAMA_FOO"]
+    defines = [flags.parse_define("GGML_USE_OPENMP=ON", "--define")]
+    with pytest.raises(LlamaspecError) as err:
+        flags.check_unused(CONFIGURE_OUT, defines, flags.tree_options(tmp_path), {})
+    text = str(err.value)
+    assert "GGML_USE_OPENMP (from --define)" in text and "Did you mean 'GGML_OPENMP'" in text
+    flags.check_unused("-- all good", defines, [], {})
+
+
+def test_profile_lookup_and_override() -> None:
+    merged = {
+        d.name: d
+        for d in flags.merge(
+            "llama.cpp", "cpu", [flags.parse_define("GGML_NATIVE=OFF", "--define")]
+        )
+    }
+    assert merged["GGML_NATIVE"].value == "OFF" and merged["GGML_NATIVE"].origin == "--define"
+    assert merged["LLAMA_CURL"].value == "OFF"
+    with pytest.raises(LlamaspecError, match="No 'cpux' build profile"):
+        flags.profile("llama.cpp", "cpux")
+
+
+def test_first_error_shows_the_compiler_error_not_the_whole_log() -> None:
+    log = "\n".join(
+        [f"[{i}/9] Building CXX object x{i}.o" for i in range(5)]
+        + [
+            "FAILED: foo.o",
+            "/src/foo.cpp:3:5: error: 'bar' was not declared in this scope",
+            "    3 |     bar();",
+            "      |     ^~~",
+        ]
+        + [f"noise {i}" for i in range(1000)]
+    )
+    shown = build.first_error(log)
+    assert "error: 'bar' was not declared" in shown and "noise 500" not in shown
+    assert len(shown.splitlines()) < 12

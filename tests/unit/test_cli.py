@@ -1,0 +1,59 @@
+"""The CLI turns bad input into one paragraph and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, env_cache: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llamaspec.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "LLAMASPEC_CACHE": str(env_cache), "HOME": str(env_cache)},
+        check=False,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["build", "--engine", "llama.ccp"], "Did you mean 'llama.cpp'"),
+        (["build", "--pin", "0c1e570"], "not a full 40-character commit SHA"),
+        (["build", "--backend", "cuda2"], "Did you mean 'cuda'"),
+        (["build", "--define", "GGML_CUDA_DISABLE_GRAPHS"], "has no value"),
+        (["build", "--source", "local", "--source-dir", "/nonexistent/x"], "does not exist"),
+        (["build", "--patch", "nope"], "Unknown patch id 'nope'"),
+        (["smoke", "--artifact", "nope", "--dist", "/nonexistent"], "is not an artifact"),
+    ],
+)
+def test_bad_input_is_one_clear_error(args: list[str], message: str, tmp_path: Path) -> None:
+    proc = cli(*args, env_cache=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_missing_cmake_is_named_with_the_install_command(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to("/usr/bin/git")
+    proc = subprocess.run(
+        [sys.executable, "-m", "llamaspec.cli", "build"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": str(bin_dir), "LLAMASPEC_CACHE": str(tmp_path)},
+        check=False,
+    )
+    assert proc.returncode == 2 and "cmake is not installed" in proc.stderr
+    assert "apt-get install cmake" in " ".join(proc.stderr.split())

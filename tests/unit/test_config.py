@@ -1,0 +1,86 @@
+"""engines.yaml / series.yaml loading: the real files load, bad input gets clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from llamaspec import config
+from llamaspec.errors import LlamaspecError, choose
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_root(tmp_path: Path, engines: str, series: str = "patches: []\n") -> Path:
+    (tmp_path / "engines.yaml").write_text(engines)
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "series.yaml").write_text(series)
+    return tmp_path
+
+
+def test_real_engines_load_with_full_shas_and_mirrors() -> None:
+    engines = config.load_engines(ROOT)
+    assert set(engines) == {"llama.cpp", "ik_llama.cpp"}
+    up = engines["llama.cpp"]
+    assert up.pin == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    assert up.pypi and up.pypi.package == "llama-cpp-python" and up.pypi.version == "0.3.36"
+    assert engines["ik_llama.cpp"].pin.startswith("55d3c05bf7b3")
+    with pytest.raises(ValidationError):  # frozen
+        up.pin = "x"  # type: ignore[misc]
+
+
+def test_real_series_loads() -> None:
+    assert isinstance(config.load_series(ROOT), tuple)
+
+
+def test_unknown_key_gets_did_you_mean(tmp_path: Path) -> None:
+    text = (ROOT / "engines.yaml").read_text().replace("server_dir:", "server_dirr:", 1)
+    with pytest.raises(
+        LlamaspecError, match=r"unknown key .*server_dirr.*Did you mean 'server_dir'"
+    ):
+        config.load_engines(write_root(tmp_path, text))
+
+
+def test_short_pin_rejected(tmp_path: Path) -> None:
+    text = (
+        (ROOT / "engines.yaml")
+        .read_text()
+        .replace("0c1e57098bba43ac29e6e3b677cdceebdd22334f", "0c1e570")
+    )
+    with pytest.raises(LlamaspecError, match="not a full 40-character commit SHA"):
+        config.load_engines(write_root(tmp_path, text))
+
+
+def test_unknown_engine_name_in_file(tmp_path: Path) -> None:
+    text = (ROOT / "engines.yaml").read_text().replace("  llama.cpp:", "  llama.ccp:", 1)
+    with pytest.raises(LlamaspecError, match="Did you mean 'llama.cpp'"):
+        config.load_engines(write_root(tmp_path, text))
+
+
+def test_malformed_yaml_names_line(tmp_path: Path) -> None:
+    with pytest.raises(LlamaspecError, match=r"not valid YAML at line 2"):
+        config.load_engines(write_root(tmp_path, "engines:\n  a: b: c\n"))
+
+
+def test_series_rejects_unknown_engine_and_escaping_path(tmp_path: Path) -> None:
+    root = write_root(
+        tmp_path,
+        (ROOT / "engines.yaml").read_text(),
+        "patches:\n- {id: a, engine: llama.cp, title: t, file: a.patch}\n",
+    )
+    with pytest.raises(LlamaspecError, match="Did you mean 'llama.cpp'"):
+        config.load_series(root)
+    (root / "patches" / "series.yaml").write_text(
+        "patches:\n- {id: a, engine: llama.cpp, title: t, file: ../../etc/passwd}\n"
+    )
+    with pytest.raises(LlamaspecError, match=r"relative path inside the tree"):
+        config.load_series(root)
+
+
+def test_choose_suggests() -> None:
+    assert choose("engine", "llama.cpp", ["llama.cpp"]) == "llama.cpp"
+    with pytest.raises(LlamaspecError, match="Did you mean 'ik_llama.cpp'"):
+        choose("engine", "ik-llama.cpp", ["llama.cpp", "ik_llama.cpp"])

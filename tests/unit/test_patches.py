@@ -1,0 +1,101 @@
+"""Patch stage: apply on a scratch copy, detect already-applied, roll back on conflict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamaspec import patches, sources
+from llamaspec.config import PatchEntry
+from llamaspec.errors import LlamaspecError
+from llamaspec.paths import cache_dir
+
+from gitrepos import make_engine, make_engine_repo, run_git
+
+pytestmark = pytest.mark.unit
+
+
+def diff_of(repo: Path, edit: str, new_text: str) -> str:
+    """A git diff that changes `edit` to `new_text` in `repo` (left unchanged afterwards)."""
+    old = (repo / edit).read_text()
+    (repo / edit).write_text(new_text)
+    text = run_git(repo, "diff") + "\n"
+    (repo / edit).write_text(old)
+    return text
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    first, _second = make_engine_repo(tmp_path / "up")
+    tree = sources.fetch(make_engine(first), first, "local", tmp_path / "up", lambda _m: None)
+    root = tmp_path / "root"
+    (root / "patches" / "llama.cpp").mkdir(parents=True)
+    return tmp_path / "up", tree, root
+
+
+def entry(root: Path, pid: str, text: str, **kw) -> PatchEntry:
+    (root / "patches" / "llama.cpp" / f"{pid}.patch").write_text(text)
+    return PatchEntry(id=pid, engine="llama.cpp", title=f"title {pid}", file=f"{pid}.patch", **kw)
+
+
+def test_applies_on_a_copy_and_leaves_the_source_untouched(setup) -> None:
+    repo, tree, root = setup
+    run_git(repo, "checkout", "-q", "HEAD~1")  # make the patch's base match the tree
+    e = entry(root, "add-x", diff_of(repo, "README.md", "one\ntwo\nthree\nx\n"))
+    patched = patches.apply(tree, [e], root, lambda _m: None)
+    assert [p.status for p in patched.patches] == ["applied"]
+    assert patched.path != tree.path
+    assert (patched.path / "README.md").read_text().endswith("x\n")
+    assert (tree.path / "README.md").read_text() == "one\ntwo\nthree\n"
+    assert run_git(patched.path, "status", "--porcelain") == ""
+    again = patches.apply(tree, [e], root, lambda _m: None)
+    assert again == patched
+
+
+def test_reverse_applying_patch_is_already_in_base(setup, tmp_path: Path) -> None:
+    repo, _tree, root = setup
+    later = sources.fetch(make_engine("a" * 40), None, "local", repo, lambda _m: None)
+    base_to_second = run_git(repo, "diff", "HEAD~1", "HEAD") + "\n"
+    e = entry(root, "second", base_to_second)
+    patched = patches.apply(later, [e], root, lambda _m: None)
+    assert patched.patches[0].status == "already-in-base"
+    assert not patched.applied
+
+
+def test_conflict_names_files_and_rolls_back(setup) -> None:
+    repo, tree, root = setup
+    bad = diff_of(repo, "README.md", "totally\ndifferent\n")  # written against the later commit
+    good = entry(root, "good", diff_of(repo, "tools/server/server.cpp", "int main() {}\n"))
+    with pytest.raises(LlamaspecError) as err:
+        patches.apply(tree, [good, entry(root, "bad", bad)], root, lambda _m: None)
+    assert f"llama.cpp@{tree.short}" in str(err.value)
+    assert "'bad'" in str(err.value) and "README.md" in str(err.value)
+    assert "--no-patch bad" in str(err.value)
+    work = cache_dir() / "work" / "llama.cpp"
+    assert not work.exists() or not [p for p in work.iterdir() if p.is_dir()]
+    assert (tree.path / "tools/server/server.cpp").read_text() == "int main() { return 0; }\n"
+
+
+def test_patch_touching_paths_outside_the_tree_is_refused(setup) -> None:
+    _repo, tree, root = setup
+    text = "--- a/../evil\n+++ b/../evil\n@@ -0,0 +1 @@\n+x\n"
+    with pytest.raises(LlamaspecError, match="outside the source tree"):
+        patches.apply(tree, [entry(root, "evil", text)], root, lambda _m: None)
+
+
+def test_select_defaults_includes_excludes_and_unknown_ids(tmp_path: Path) -> None:
+    series = [
+        PatchEntry(id="a", engine="llama.cpp", title="a", file="a.patch"),
+        PatchEntry(id="b", engine="llama.cpp", title="b", file="b.patch", default=False),
+        PatchEntry(id="c", engine="ik_llama.cpp", title="c", file="c.patch"),
+    ]
+    ids = lambda chosen: [p.id for p in chosen]  # noqa: E731
+    assert ids(patches.select(series, "llama.cpp")) == ["a"]
+    assert ids(patches.select(series, "llama.cpp", include=["b"])) == ["a", "b"]
+    assert ids(patches.select(series, "llama.cpp", exclude=["a"])) == []
+    assert ids(patches.select(series, "llama.cpp", ["b"], no_defaults=True)) == ["b"]
+    with pytest.raises(LlamaspecError, match="Did you mean 'a'"):
+        patches.select(series, "llama.cpp", include=["aa"])
+    with pytest.raises(LlamaspecError, match="is for ik_llama.cpp"):
+        patches.select(series, "llama.cpp", include=["c"])

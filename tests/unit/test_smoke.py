@@ -1,0 +1,72 @@
+"""Equivalence classification and acceptance parsing (no server needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamaspec import smoke
+from llamaspec.smoke import Completion
+
+pytestmark = pytest.mark.unit
+
+
+def c(tokens: list[int], draft: int | None = None, acc: int | None = None) -> Completion:
+    return Completion(tuple(tokens), "", 10.0, draft, acc)
+
+
+def test_identical() -> None:
+    assert smoke.classify(c([1, 2, 3]), c([1, 2, 3]), None).kind == "identical"
+
+
+def test_near_tie_inside_margin() -> None:
+    v = smoke.classify(c([1, 2, 3, 4]), c([1, 2, 9, 9]), (3, {3: -1.0, 9: -1.2, 5: -3.0}))
+    assert (v.kind, v.position) == ("near-tie", 2)
+    assert v.delta_nats == pytest.approx(0.2)
+    assert "near-tie at token 2 (Δ=0.200 nats)" in v.describe()
+
+
+def test_hard_outside_margin_or_outside_top_k() -> None:
+    far = smoke.classify(
+        c([1, 2]), c([1, 7]), (2, {2: -0.1, 7: -0.1 - smoke.NEAR_TIE_MARGIN_NATS - 0.01})
+    )
+    assert far.kind == "hard" and "HARD DIVERGENCE at token 1" in far.describe()
+    absent = smoke.classify(c([1, 2]), c([1, 7]), (2, {2: -0.1}))
+    assert absent.kind == "hard" and "not in the reference's top" in absent.describe()
+
+
+def test_reference_that_no_longer_reproduces_is_hard() -> None:
+    # the probe's own greedy choice differs from the reference run: not a trustworthy near-tie
+    assert smoke.classify(c([1, 2]), c([1, 7]), (7, {2: -0.1, 7: -0.05})).kind == "hard"
+
+
+def test_length_difference_is_hard() -> None:
+    assert smoke.classify(c([1, 2, 3]), c([1, 2]), None).kind == "hard"
+
+
+def test_log_acceptance_sums_ik_style_lines() -> None:
+    log = (
+        "slot 0: draft acceptance rate = 0.90000 (36 accepted / 40 generated)\n"
+        "noise\nslot 0: draft acceptance rate = 1.00000 (48 accepted / 48 generated)\n"
+    )
+    assert smoke.log_acceptance(log) == (84, 88)
+    assert smoke.log_acceptance("nothing here") is None
+
+
+def test_report_pass_needs_acceptance_and_no_hard_divergence() -> None:
+    report = smoke.SmokeReport("id", "draft", [])
+    ok = smoke.PromptResult("p", c([1]), c([1], 5, 4), smoke.Verdict("identical"))
+    report.results.append(ok)
+    assert report.passed and report.to_json()["acceptance"] == 0.8
+    none = smoke.SmokeReport(
+        "id",
+        "draft",
+        [],
+        [smoke.PromptResult("p", c([1]), c([1], 5, 0), smoke.Verdict("identical"))],
+    )
+    assert not none.passed
+    report.results.append(smoke.PromptResult("q", c([1]), c([2], 5, 5), smoke.Verdict("hard", 0)))
+    assert not report.passed
+
+
+def test_prompts_include_one_of_at_least_32_tokens() -> None:
+    assert any(len(p.text.split()) >= 32 for p in smoke.SMOKE_PROMPTS)
