@@ -118,7 +118,10 @@ def build(
     t0 = time.monotonic()
     configure(patched.path, build_dir, defines, tools, console)
     t1 = time.monotonic()
-    compile_target(build_dir, engine.server_target, tools, jobs, console)
+    stamp = {
+        d.name: d.value for d in defines if d.name in ("LLAMA_BUILD_COMMIT", "LLAMA_BUILD_NUMBER")
+    }
+    compile_target(build_dir, engine.server_target, tools, jobs, console, stamp)
     t2 = time.monotonic()
     manifest = {
         "artifact_id": aid,
@@ -183,14 +186,21 @@ def _read_cache(path: Path) -> dict[str, str]:
 
 
 def compile_target(
-    build_dir: Path, target: str, tools: Toolchain, jobs: int | None, console: Console
+    build_dir: Path,
+    target: str,
+    tools: Toolchain,
+    jobs: int | None,
+    console: Console,
+    env_extra: dict[str, str] | None = None,
 ) -> None:
     """Run the build with a progress bar (ninja's step counter); show the first error."""
     cmd = [tools.cmake, "--build", str(build_dir), "--target", target]
     if jobs:
         cmd += ["-j", str(jobs)]
     log_path = build_dir / "build.log"
-    env = {**os.environ, "NINJA_STATUS": "[%f/%t] "}
+    # The version stamp also travels in the environment, for trees whose build-info
+    # generator runs at build time (ik_llama.cpp's common/cmake/build-info-gen-cpp.cmake).
+    env = {**os.environ, **(env_extra or {}), "NINJA_STATUS": "[%f/%t] "}
     with log_path.open("w") as log, _progress(console) as bar:
         task = bar.add_task(f"build {target}", total=None)
         proc = subprocess.Popen(

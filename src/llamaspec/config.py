@@ -89,6 +89,7 @@ class PatchEntry(Frozen):
     title: str
     file: RelPath
     default: bool = True
+    only_if_missing: RelPath | None = None
     notes: str = ""
 
 

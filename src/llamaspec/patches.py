@@ -126,6 +126,10 @@ def apply(
         gitutil.git("clone", "-q", "--shared", source.path, tmp)
         for entry, text, digest in texts:
             src = f"file:patches/{entry.engine}/{entry.file}"
+            if entry.only_if_missing and (tmp / entry.only_if_missing).exists():
+                statuses.append(PatchStatus(entry.id, entry.title, "skipped", digest, src))
+                say(f"patches: {entry.id}: skipped ({entry.only_if_missing} is present)")
+                continue
             status = _apply_one(tmp, entry, text, f"{source.engine}@{source.short}")
             statuses.append(PatchStatus(entry.id, entry.title, status, digest, src))
             say(f"patches: {entry.id}: {status}")

@@ -99,3 +99,25 @@ def test_select_defaults_includes_excludes_and_unknown_ids(tmp_path: Path) -> No
         patches.select(series, "llama.cpp", include=["aa"])
     with pytest.raises(LlamaspecError, match="is for ik_llama.cpp"):
         patches.select(series, "llama.cpp", include=["c"])
+
+
+def test_only_if_missing_skips_when_the_tree_already_has_the_file(setup) -> None:
+    _repo, tree, root = setup
+    text = "--- /dev/null\n+++ b/README.md\n@@ -0,0 +1 @@\n+x\n"
+    e = entry(root, "add-readme", text, only_if_missing="README.md")
+    patched = patches.apply(tree, [e], root, lambda _m: None)
+    assert [p.status for p in patched.patches] == ["skipped"] and not patched.applied
+    new = "--- /dev/null\n+++ b/NEW.md\n@@ -0,0 +1 @@\n+x\n"
+    e2 = entry(root, "add-new", new, only_if_missing="NEW.md")
+    patched = patches.apply(tree, [e2], root, lambda _m: None)
+    assert [p.status for p in patched.patches] == ["applied"]
+    assert (patched.path / "NEW.md").read_text() == "x\n"
+
+
+def test_project_patch_for_ik_is_a_new_file_in_the_tree() -> None:
+    from llamaspec import config
+
+    root = Path(__file__).resolve().parents[2]
+    (ik,) = [p for p in config.load_series(root) if p.engine == "ik_llama.cpp"]
+    text = patches.patch_file(ik, root).read_text()
+    assert "+++ b/common/cmake/build-info-gen-cpp.cmake" in text and ik.only_if_missing
