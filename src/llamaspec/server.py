@@ -40,6 +40,7 @@ class Server:
     port: int
     log: Path
     proc: subprocess.Popen
+    returns_tokens: bool | None = None  # learnt from the first /completion reply
 
     @property
     def url(self) -> str:

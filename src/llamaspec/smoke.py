@@ -162,22 +162,30 @@ def log_acceptance(log_text: str) -> tuple[int, int] | None:
 
 
 def complete(server: Server, prompt: Prompt) -> Completion:
+    """One greedy request; token ids come from `tokens`, or (engines without
+    `return_tokens`, e.g. ik_llama.cpp) from per-token `completion_probabilities`."""
+    n_probs = 0 if server.returns_tokens is not False else 1
     before = server.log.stat().st_size if server.log.exists() else 0
-    reply = server.post("/completion", request(prompt))
+    reply = server.post("/completion", request(prompt, n_probs=n_probs))
+    if reply.get("tokens") is None:
+        if n_probs == 0:
+            server.returns_tokens = False
+            return complete(server, prompt)
+        probs = reply.get("completion_probabilities")
+        if probs is None:
+            raise server.failure("the server returned neither token ids nor token probabilities")
+        reply["tokens"] = [int(p["id"]) for p in probs]
     timings = reply.get("timings", {})
     draft_n, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
     if draft_n is None:
+        time.sleep(0.2)  # the slot's summary is logged just after the reply
         with server.log.open(errors="replace") as fh:
             fh.seek(before)
-            time.sleep(0.2)  # the slot's summary is logged just after the reply
             counts = log_acceptance(fh.read())
         if counts:
             accepted, draft_n = counts
-    tokens = reply.get("tokens")
-    if tokens is None:
-        raise server.failure("the server did not return token ids (return_tokens)")
     return Completion(
-        tokens=tuple(tokens),
+        tokens=tuple(reply["tokens"]),
         text=reply.get("content", ""),
         predicted_per_second=float(timings.get("predicted_per_second", 0.0)),
         draft_n=draft_n,
