@@ -48,7 +48,12 @@ PROFILES: dict[tuple[str, str], dict[str, Flag]] = {
             "OFF", "do not download web UI assets from Hugging Face during the build"
         ),
     },
-    ("ik_llama.cpp", "cpu"): {**COMMON},
+    ("ik_llama.cpp", "cpu"): {
+        **COMMON,
+        "LLAMA_BUILD_EXAMPLES": Flag(
+            "ON", "ik_llama.cpp keeps llama-server under examples/; only the server target is built"
+        ),
+    },
 }
 
 
