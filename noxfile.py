@@ -45,3 +45,17 @@ def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", "src", "tests", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "noxfile.py")
+
+
+@nox.session
+def verify(session: nox.Session) -> None:
+    """Equivalence suite: `nox -s verify -- --artifact ID [--model hybrid] [--method M]`."""
+    _install(session, "embedded")
+    session.run("llamaspec", "verify", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Speedup benchmark: `nox -s bench -- [RECIPE] [--artifact ID]` → reports/."""
+    _install(session, "embedded")
+    session.run("llamaspec", "bench", *session.posargs)

@@ -287,8 +287,13 @@ def install(
     extra_bins = [b for b in ("rpc-server",) if (bin_dir / b).is_file()]
     for name in extra_bins:
         shutil.copy2(bin_dir / name, tmp / "bin" / name)
-    for lib in sorted(bin_dir.glob("*.so*")):
-        dest = tmp / "lib" / lib.name
+    # Shared libraries land in bin/ (llama.cpp) or next to their targets (ik_llama.cpp).
+    libs = {}
+    for lib in sorted(build_dir.rglob("*.so*")):
+        if "CMakeFiles" not in lib.parts and lib.name not in libs:
+            libs[lib.name] = lib
+    for name, lib in libs.items():
+        dest = tmp / "lib" / name
         if lib.is_symlink():
             dest.symlink_to(os.readlink(lib))
         else:

@@ -10,10 +10,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from . import __version__, config
+from . import __version__, cli_verify, config
 from .build import load_artifact
 from .errors import LlamaspecError
-from .pipeline import BuildSpec, run_build, run_smoke
+from .pipeline import BuildSpec, newest_artifact, run_build, run_smoke
 
 
 def _build_parser(sub: argparse._SubParsersAction) -> None:
@@ -59,10 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest")
     s.add_argument("--dist", type=Path, default=Path("dist"))
     sub.add_parser("engines", help="list engines and their default pins")
+    cli_verify.add_parsers(sub)
     args = parser.parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
     try:
-        if args.command == "build":
+        if cli_verify.dispatch(args, console):
+            pass
+        elif args.command == "build":
             run_build(
                 BuildSpec(
                     engine=args.engine,
@@ -81,7 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 console,
             )
         elif args.command == "smoke":
-            run_smoke(load_artifact(args.dist, args.artifact or _newest(args.dist)), console)
+            run_smoke(
+                load_artifact(args.dist, args.artifact or newest_artifact(args.dist)), console
+            )
         elif args.command == "engines":
             for e in config.load_engines().values():
                 mirror = f"{e.pypi.package}=={e.pypi.version}" if e.pypi else "-"
@@ -93,13 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         Console(stderr=True).print("interrupted; caches were left consistent")
         return 130
     return 0
-
-
-def _newest(dist: Path) -> str:
-    found = sorted((p for p in dist.glob("*/manifest.json")), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise LlamaspecError(f"No artifacts in {dist}; build one first with `nox -s build-cpu`.")
-    return found[-1].parent.name
 
 
 if __name__ == "__main__":

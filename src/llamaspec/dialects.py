@@ -95,3 +95,11 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def probe_dialect(engine: str, help_text: str) -> str:
+    """Tell the speculative dialect from a binary's --help (for pins engines.yaml lacks)."""
+    flags = help_flags(help_text)
+    if engine == "llama.cpp":
+        return "upstream" if "--spec-draft-n-max" in flags else "upstream-legacy"
+    return "ik-legacy" if "--draft-max" in flags else "ik-spec-type"

@@ -67,3 +67,34 @@ def _root() -> Path:
     from .paths import project_root
 
     return project_root()
+
+
+def newest_artifact(dist: Path) -> str:
+    """The id of the most recently built artifact in `dist`."""
+    from .errors import LlamaspecError
+
+    found = sorted(dist.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise LlamaspecError(f"No artifacts in {dist}; build one first with `nox -s build-cpu`.")
+    return found[-1].parent.name
+
+
+def dialect_for(artifact: build_stage.Artifact, console: Console, root: Path | None = None) -> str:
+    """The engine's recorded dialect at its default pin; otherwise probe the binary's --help."""
+    engines = config.load_engines(root)
+    engine = engines[choose("engine", artifact.manifest["engine"], engines)]
+    if artifact.manifest.get("commit") == engine.pin:
+        return engine.dialect
+    import subprocess
+
+    from .dialects import probe_dialect
+
+    help_text = subprocess.run(
+        [str(artifact.server), "--help"], capture_output=True, text=True, check=False, timeout=60
+    )
+    dialect = probe_dialect(engine.name, help_text.stdout + help_text.stderr)
+    console.print(
+        f"dialect: {engine.name}@{(artifact.manifest.get('commit') or 'local')[:12]} is not the "
+        f"default pin; its --help speaks the {dialect!r} dialect"
+    )
+    return dialect

@@ -8,6 +8,7 @@ tell a numeric near-tie (batched vs single-token kernels) from a hard divergence
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ NEAR_TIE_MARGIN_NATS = 0.5
 TOP_K = 10
 N_PREDICT = 64
 
-Kind = Literal["identical", "near-tie", "hard"]
+Kind = Literal["identical", "near-tie", "short", "hard"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ SMOKE_PROMPTS: tuple[Prompt, ...] = (
 
 @dataclass(frozen=True)
 class Completion:
-    tokens: tuple[int, ...]
+    tokens: tuple[int | str, ...]
     text: str
     predicted_per_second: float
     draft_n: int | None
@@ -76,18 +77,21 @@ class Verdict:
     kind: Kind
     position: int | None = None
     delta_nats: float | None = None
+    margin: float = NEAR_TIE_MARGIN_NATS
     reference: str = ""
     speculative: str = ""
 
     def describe(self) -> str:
         if self.kind == "identical":
             return "identical"
+        if self.kind == "short":
+            return f"identical prefix, but stopped after {self.position} tokens"
         if self.kind == "near-tie":
             return f"near-tie at token {self.position} (Δ={self.delta_nats:.3f} nats)"
         delta = (
             f"not in the reference's top-{TOP_K}"
             if self.delta_nats is None
-            else (f"Δ={self.delta_nats:.3f} nats > {NEAR_TIE_MARGIN_NATS}")
+            else (f"Δ={self.delta_nats:.3f} nats > {self.margin:.3f}")
         )
         return f"HARD DIVERGENCE at token {self.position} ({delta})"
 
@@ -150,7 +154,7 @@ def request(prompt: Prompt, n_predict: int | None = None, n_probs: int = 0) -> d
     }
 
 
-_ACCEPT = re.compile(r"draft acceptance rate = [\d.]+ \((\d+) accepted / (\d+) generated\)")
+_ACCEPT = re.compile(r"draft acceptance rate = [\d.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)")
 
 
 def log_acceptance(log_text: str) -> tuple[int, int] | None:
@@ -174,7 +178,7 @@ def complete(server: Server, prompt: Prompt) -> Completion:
         probs = reply.get("completion_probabilities")
         if probs is None:
             raise server.failure("the server returned neither token ids nor token probabilities")
-        reply["tokens"] = [int(p["id"]) for p in probs]
+        reply["tokens"] = [token_key(p) for p in probs]
     timings = reply.get("timings", {})
     draft_n, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
     if draft_n is None:
@@ -200,34 +204,126 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def top_logprobs_at(server: Server, prompt: Prompt, position: int) -> tuple[int, dict[int, float]]:
-    """The reference's chosen token and its top-k {token id: logprob} at `position`."""
+Token = int | str
+
+
+def token_key(entry: dict) -> Token:
+    """A generated token's identity: its id, or its text where the server gives no ids
+    (older probability format: {"content", "probs": [{"tok_str", "prob"}]})."""
+    return int(entry["id"]) if "id" in entry else str(entry.get("content", entry.get("tok_str")))
+
+
+def top_logprobs_at(
+    server: Server, prompt: Prompt, position: int
+) -> tuple[Token, dict[Token, float]]:
+    """The reference's chosen token and its top-k {token: logprob} at `position`."""
     reply = server.post("/completion", request(prompt, n_predict=position + 1, n_probs=TOP_K))
     probs = reply.get("completion_probabilities") or []
     if len(probs) <= position:
         raise server.failure(f"the reference returned no probabilities for token {position}")
     entry = probs[position]
-    top = {int(t["id"]): float(t["logprob"]) for t in entry.get("top_logprobs", [])}
-    return int(entry["id"]), top
+    if "top_logprobs" in entry:
+        top = {int(t["id"]): float(t["logprob"]) for t in entry["top_logprobs"]}
+    else:
+        top = {
+            str(t["tok_str"]): math.log(t["prob"]) if t["prob"] > 0 else -math.inf
+            for t in entry.get("probs", [])
+        }
+    return token_key(entry), top
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _text_mode(ref: Completion) -> bool:
+    return bool(ref.tokens) and isinstance(ref.tokens[0], str)
+
+
+def _piece_at(ref: Completion, offset: int) -> tuple[int, int]:
+    """(index, start offset) of the reference token covering character `offset`."""
+    start = 0
+    for k, piece in enumerate(ref.tokens):
+        if start + len(str(piece)) > offset:
+            return k, start
+        start += len(str(piece))
+    return len(ref.tokens), start
+
+
+def divergence(ref: Completion, spec: Completion) -> int | None:
+    """Index of the first reference token the speculative run did not reproduce.
+
+    Servers without token ids (text mode) are compared by text and mapped back onto the
+    reference's per-token pieces."""
+    if not _text_mode(ref):
+        return first_difference(ref.tokens, spec.tokens)
+    if ref.text == spec.text:
+        return None
+    offset = _common_prefix(ref.text, spec.text)
+    return _piece_at(ref, offset)[0]
 
 
 def classify(
-    ref: Completion, spec: Completion, top: tuple[int, dict[int, float]] | None
+    ref: Completion,
+    spec: Completion,
+    top: tuple[Token, dict[Token, float]] | None,
+    margin: float = NEAR_TIE_MARGIN_NATS,
 ) -> Verdict:
     """Identical, a near-tie inside the numeric margin, or a hard divergence."""
-    pos = first_difference(ref.tokens, spec.tokens)
+    pos = divergence(ref, spec)
     if pos is None:
         return Verdict("identical")
-    if pos >= min(len(ref.tokens), len(spec.tokens)):
-        return Verdict("hard", pos, None, "(length differs)", "(length differs)")
-    ref_tok, spec_tok = ref.tokens[pos], spec.tokens[pos]
+    if _text_mode(ref):
+        start = _piece_at(ref, _common_prefix(ref.text, spec.text))[1]
+        rest = spec.text[start:]
+        if not rest:
+            return _short(pos, len(ref.tokens), margin)
+        if pos >= len(ref.tokens):
+            return _longer(pos, margin)
+        ref_tok: Token = ref.tokens[pos]
+        options = [t for t in (top[1] if top else {}) if isinstance(t, str) and t != ref_tok]
+        matches = sorted((t for t in options if t and rest.startswith(t)), key=len)
+        spec_tok: Token = matches[-1] if matches else rest[: len(str(ref_tok))]
+    else:
+        if pos == len(spec.tokens):
+            return _short(pos, len(ref.tokens), margin)
+        if pos >= len(ref.tokens):
+            return _longer(pos, margin)
+        ref_tok, spec_tok = ref.tokens[pos], spec.tokens[pos]
     delta = None
     if top is not None:
         chosen, logprobs = top
         if chosen == ref_tok and ref_tok in logprobs and spec_tok in logprobs:
             delta = logprobs[ref_tok] - logprobs[spec_tok]
-    kind: Kind = "near-tie" if delta is not None and delta <= NEAR_TIE_MARGIN_NATS else "hard"
-    return Verdict(kind, pos, delta, _context(ref, pos), _context(spec, pos))
+    kind: Kind = "near-tie" if delta is not None and delta <= margin else "hard"
+    return Verdict(kind, pos, delta, margin, _context(ref, pos), _context(spec, pos))
+
+
+def _short(pos: int, total: int, margin: float) -> Verdict:
+    """The speculative output is an exact prefix of the reference but stopped early: the
+    tokens it chose are right, its length accounting is not (reported, not failed)."""
+    return Verdict(
+        "short",
+        pos,
+        margin=margin,
+        reference=f"{total} tokens",
+        speculative=f"the same first {pos} tokens, then stopped",
+    )
+
+
+def _longer(pos: int, margin: float) -> Verdict:
+    return Verdict(
+        "hard",
+        pos,
+        margin=margin,
+        reference=f"stopped after {pos} tokens",
+        speculative="went on past the reference's end",
+    )
 
 
 def _context(c: Completion, pos: int) -> str:
@@ -241,6 +337,10 @@ def with_text(server: Server, verdict: Verdict, ref: Completion, spec: Completio
         return verdict
 
     def text(c: Completion) -> str:
+        if c.tokens and isinstance(c.tokens[0], str):
+            return (
+                f"…{''.join(c.tokens[max(0, pos - 8) : pos])}⟦{''.join(c.tokens[pos : pos + 12])}⟧…"
+            )
         before = server.post("/detokenize", {"tokens": list(c.tokens[max(0, pos - 8) : pos])})
         after = server.post("/detokenize", {"tokens": list(c.tokens[pos : pos + 12])})
         return f"…{before.get('content', '')}⟦{after.get('content', '')}⟧…"
@@ -248,9 +348,9 @@ def with_text(server: Server, verdict: Verdict, ref: Completion, spec: Completio
     return replace(verdict, reference=text(ref), speculative=text(spec))
 
 
-def base_args(model: Path, ctx: int = 4096) -> list[str]:
-    """Server settings that make greedy runs reproducible (FACTS: one slot, no reuse)."""
-    return ["-m", str(model), "-c", str(ctx), "-np", "1", "--no-warmup"]
+def base_args(model: Path, ctx: int = 4096, slots: int = 1) -> list[str]:
+    """Server settings for reproducible greedy runs (requests also turn off prompt reuse)."""
+    return ["-m", str(model), "-c", str(ctx), "-np", str(slots), "--no-warmup"]
 
 
 def smoke(
@@ -275,8 +375,8 @@ def smoke(
             _openai_check(sp, console)
         for p, r, s in zip(prompts, refs, specs, strict=True):
             top = None
-            pos = first_difference(r.tokens, s.tokens)
-            if pos is not None and pos < min(len(r.tokens), len(s.tokens)):
+            pos = divergence(r, s)
+            if pos is not None and pos < len(r.tokens):
                 top = top_logprobs_at(ref_srv, p, pos)
             verdict = with_text(ref_srv, classify(r, s, top), r, s)
             report.results.append(PromptResult(p.name, r, s, verdict))

@@ -39,8 +39,10 @@ def test_reference_that_no_longer_reproduces_is_hard() -> None:
     assert smoke.classify(c([1, 2]), c([1, 7]), (7, {2: -0.1, 7: -0.05})).kind == "hard"
 
 
-def test_length_difference_is_hard() -> None:
-    assert smoke.classify(c([1, 2, 3]), c([1, 2]), None).kind == "hard"
+def test_speculative_prefix_that_stops_early_is_short_and_longer_is_hard() -> None:
+    short = smoke.classify(c([1, 2, 3]), c([1, 2]), None)
+    assert short.kind == "short" and "stopped after 2 tokens" in short.describe()
+    assert smoke.classify(c([1, 2]), c([1, 2, 3]), None).kind == "hard"
 
 
 def test_log_acceptance_sums_ik_style_lines() -> None:
@@ -70,3 +72,32 @@ def test_report_pass_needs_acceptance_and_no_hard_divergence() -> None:
 
 def test_prompts_include_one_of_at_least_32_tokens() -> None:
     assert any(len(p.text.split()) >= 32 for p in smoke.SMOKE_PROMPTS)
+
+
+def t(pieces: list[str]) -> Completion:
+    return Completion(tuple(pieces), "".join(pieces), 10.0, None, None)
+
+
+def test_text_mode_identical_and_near_tie_on_piece_boundaries() -> None:
+    ref = t(["The", " cat", " sat", " down"])
+    assert smoke.classify(ref, t(["The", " cat", " sat", " down"]), None).kind == "identical"
+    spec = Completion((), "The cat stood up", 10.0, 8, 8)  # speculative runs give text only
+    assert smoke.divergence(ref, spec) == 2
+    v = smoke.classify(ref, spec, (" sat", {" sat": -1.0, " stood": -1.1, " st": -2.0}))
+    assert (v.kind, v.position) == ("near-tie", 2) and v.delta_nats == pytest.approx(0.1)
+    far = smoke.classify(ref, spec, (" sat", {" sat": -0.1, " slept": -0.2}))
+    assert far.kind == "hard"
+
+
+def test_text_mode_shorter_output_is_short_not_hard() -> None:
+    ref = t(["The", " cat", " sat"])
+    v = smoke.classify(ref, Completion((), "The cat", 1.0, 1, 1), None)
+    assert (v.kind, v.position) == ("short", 2)
+    report = smoke.SmokeReport("id", "draft", [], [smoke.PromptResult("p", ref, ref, v)])
+    report.results[0].speculative = Completion((), "The cat", 1.0, 4, 4)
+    assert report.passed
+
+
+def test_log_acceptance_with_padded_counts() -> None:
+    line = "draft acceptance rate = 1.00000 (   20 accepted /    20 generated)"
+    assert smoke.log_acceptance(line) == (20, 20)

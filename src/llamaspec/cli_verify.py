@@ -1,0 +1,90 @@
+"""`llamaspec verify` and `llamaspec bench`: correctness and speed of speculation."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from . import bench, dialects, verify
+from .build import load_artifact
+from .embedded import embedded_model
+from .hybrid import hybrid_model
+from .pipeline import dialect_for, newest_artifact
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    v = sub.add_parser("verify", help="equivalence suite: speculation changes nothing but speed")
+    v.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
+    v.add_argument("--dist", type=Path, default=Path("dist"))
+    v.add_argument(
+        "--method",
+        action="append",
+        default=[],
+        help="only these methods (draft, ngram-simple, ngram-map-k, ngram-mod, mtp)",
+    )
+    v.add_argument(
+        "--model",
+        choices=["embedded", "hybrid"],
+        action="append",
+        default=[],
+        help="embedded Gemma pair (default) and/or the random hybrid qwen35 model",
+    )
+    v.add_argument("--reports", type=Path, default=Path("reports"))
+    b = sub.add_parser("bench", help="speedup benchmark with and without speculation")
+    b.add_argument(
+        "recipe",
+        nargs="?",
+        default="gemma3-270m-self",
+        help="recipe name (default: the embedded pair)",
+    )
+    b.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
+    b.add_argument("--dist", type=Path, default=Path("dist"))
+    b.add_argument("--repetitions", type=int, default=3)
+    b.add_argument("--n-max", type=int, default=8, help="draft length")
+    b.add_argument("--reports", type=Path, default=Path("reports"))
+
+
+def dispatch(args: argparse.Namespace, console: Console) -> bool:
+    if args.command not in ("verify", "bench"):
+        return False
+    artifact = load_artifact(args.dist, args.artifact or newest_artifact(args.dist))
+    dialect = dialect_for(artifact, console)
+    if args.command == "verify":
+        failed = []
+        for which in args.model or ["embedded"]:
+            if which == "embedded":
+                model = embedded_model(console.print)
+            else:
+                model = hybrid_model(artifact, console)
+            methods = args.method or None
+            if which == "hybrid" and methods is None:
+                # a random-weight model drafts nothing useful for itself; ngram is the path
+                methods = ["ngram-mod"]
+            report = verify.verify(
+                artifact, dialect, model, args.reports, console, methods=methods, tag=which
+            )
+            if not report.passed:
+                failed.append(which)
+        if failed:
+            from .errors import LlamaspecError
+
+            raise LlamaspecError(
+                f"verify found hard divergences ({', '.join(failed)}); see the reports in "
+                f"{args.reports}/ for both continuations at each divergence."
+            )
+        return True
+    model = embedded_model(console.print)
+    settings = dialects.SpecSettings("draft", model, n_max=args.n_max)
+    bench.bench(
+        artifact,
+        dialect,
+        model,
+        settings,
+        args.recipe,
+        args.reports,
+        console,
+        repetitions=args.repetitions,
+    )
+    return True
