@@ -75,7 +75,7 @@ def running(
 ) -> Iterator[Server]:
     """Start `server_bin args` on a free loopback port; yield once /health says ok; stop it."""
     port = free_port()
-    argv = [str(server_bin), *args, "--host", HOST, "--port", str(port)]
+    argv = [str(Path(server_bin).resolve()), *args, "--host", HOST, "--port", str(port)]
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as fh:
         proc = subprocess.Popen(
@@ -83,6 +83,7 @@ def running(
             stdout=fh,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            cwd=log.parent,  # servers that write llama.log leave it beside their log
             start_new_session=True,
         )
     server = Server(argv=argv, port=port, log=log, proc=proc)
