@@ -10,6 +10,7 @@ when the reference's own log-probabilities put it inside that envelope, else it 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -112,6 +113,7 @@ class Envelope:
     flips: list[dict]
     max_delta: float
     threshold: float
+    failures: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -141,9 +143,14 @@ def server_help(server_bin: Path) -> str:
 def determinism_args(help_text: str) -> list[str]:
     """FACTS: separate KV caches per slot, and flash attention off on CPU."""
     out = ["--no-kv-unified"] if "--no-kv-unified" in dialects.help_flags(help_text) else []
-    if "[on|off|auto]" in help_text:
+    if takes_fa_value(help_text):
         out += ["-fa", "off"]
     return out
+
+
+def takes_fa_value(help_text: str) -> bool:
+    """`-fa on|off|auto` (upstream `[on|off|auto]`, ik_llama.cpp `(auto|on|off|0|1)`)."""
+    return re.search(r"--flash-attn\s*[\[(][^\])]*\boff\b", help_text) is not None
 
 
 def methods_for(dialect: str, help_text: str, draft: Path, has_mtp: bool) -> list[Method | str]:
@@ -201,16 +208,24 @@ def measure_envelope(
 ) -> Envelope:
     """Run the prompts without speculation under shape-only changes; record flip margins."""
     configs: list[tuple[str, list[str], bool]] = [("parallel slots", [], True)]
-    if "-fa" in dialects.help_flags(help_text) and "[on|off|auto]" in help_text:
+    if takes_fa_value(help_text):
         configs.append(("flash attention on", ["-fa", "on"], False))
     configs.append(("micro-batch 16", ["-ub", "16"], False))
     flips: list[dict] = []
+    failures: list[dict] = []
     for name, extra, parallel in configs:
         say(f"verify: envelope: {name}")
-        with running(
-            server_bin, [*base, *extra], logs / f"envelope-{name.replace(' ', '-')}.log"
-        ) as srv:
-            outs = _run(srv, prompts, parallel)
+        log = logs / f"envelope-{name.replace(' ', '-')}.log"
+        try:
+            with running(server_bin, [*base, *extra], log) as srv:
+                outs = _run(srv, prompts, parallel)
+        except LlamaspecError as exc:
+            # An engine that crashes under a configuration the suite does not depend on is
+            # reported (with its log kept), not allowed to hide the speculative results.
+            first = str(exc).splitlines()[0]
+            say(f"verify: envelope: {name} FAILED, skipped: {first} (log: {log})")
+            failures.append({"config": name, "error": first, "log": str(log)})
+            continue
         for p, r, o in zip(prompts, refs, outs, strict=True):
             v = _probe(ref, p, r, o, threshold=float("inf"))
             if v.kind != "identical":
@@ -225,7 +240,11 @@ def measure_envelope(
     deltas = [f["delta_nats"] for f in flips if f["delta_nats"] is not None]
     max_delta = max(deltas, default=0.0)
     return Envelope(
-        [c[0] for c in configs], flips, max_delta, max(max_delta, smoke.NEAR_TIE_MARGIN_NATS)
+        [c[0] for c in configs],
+        flips,
+        max_delta,
+        max(max_delta, smoke.NEAR_TIE_MARGIN_NATS),
+        failures,
     )
 
 
@@ -310,12 +329,18 @@ def write(report: VerifyReport, out_dir: Path) -> None:
         f"max {report.envelope.max_delta:.3f} nats over {len(report.envelope.flips)} flips; "
         f"near-tie threshold {report.envelope.threshold:.3f} nats.",
         "",
-        "| method | identical | near-tie | hard | drafted | accepted | note |",
-        "|---|---|---|---|---|---|---|",
+        *(
+            f"Envelope configuration **{f['config']}** crashed the server and was skipped: "
+            f"{f['error']} (log: `{f['log']}`)."
+            for f in report.envelope.failures
+        ),
+        "",
+        "| method | identical | near-tie | short | hard | drafted | accepted | note |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for m in report.methods:
         lines.append(
-            f"| {m.method} | {m.identical} | {m.near_tie} | {m.hard} | {m.drafted} | "
+            f"| {m.method} | {m.identical} | {m.near_tie} | {m.short} | {m.hard} | {m.drafted} | "
             f"{m.accepted} | {m.skipped or ''} |"
         )
     for m in report.methods:
@@ -336,13 +361,14 @@ def write(report: VerifyReport, out_dir: Path) -> None:
 
 def print_table(report: VerifyReport, console: Console) -> None:
     table = Table(title=f"verify: {report.artifact_id}")
-    for col in ("method", "identical", "near-tie", "hard", "drafted", "accepted", "note"):
+    for col in ("method", "identical", "near-tie", "short", "hard", "drafted", "accepted", "note"):
         table.add_column(col)
     for m in report.methods:
         table.add_row(
             m.method,
             str(m.identical),
             str(m.near_tie),
+            str(m.short),
             str(m.hard),
             str(m.drafted),
             str(m.accepted),
