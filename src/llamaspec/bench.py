@@ -150,12 +150,16 @@ def bench(
         # draft/target cost ratio: tokens/s of the draft model alone vs the target alone
         cost_ratio = 1.0
         for mode, extra in (("plain", []), ("spec", spec_argv)):
-            with running(artifact.server, [*base, *extra], out_dir / f"bench-{mode}.log") as srv:
+            with running(
+                artifact.server,
+                [*base, *extra],
+                out_dir / f"bench-{recipe}-{artifact.id}-logs" / f"{mode}.log",
+            ) as srv:
                 if mode == "plain" and settings.draft_model and settings.draft_model != target:
                     with running(
                         artifact.server,
                         [*smoke.base_args(settings.draft_model)],
-                        out_dir / "bench-draft-alone.log",
+                        out_dir / f"bench-{recipe}-{artifact.id}-logs" / "draft-alone.log",
                     ) as dsrv:
                         d = _sample(dsrv, PROSE)
                         t = _sample(srv, PROSE)
@@ -183,7 +187,8 @@ def bench(
     report = {
         "recipe": recipe,
         "artifact_id": artifact.id,
-        "spec_args": spec_argv,
+        # file arguments by name only: reports are shared, this machine's paths are not
+        "spec_args": [Path(a).name if Path(a).is_file() else a for a in spec_argv],
         "draft_length": settings.n_max,
         "cost_ratio": round(cost_ratio, 3),
         "repetitions": repetitions,
