@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from . import __version__, cli_verify, config
+from . import __version__, cli_patches, cli_verify, config
 from .build import load_artifact
 from .errors import LlamaspecError
 from .pipeline import BuildSpec, newest_artifact, run_build, run_smoke
@@ -48,6 +48,11 @@ def _build_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs")
     p.add_argument("--dist", type=Path, default=Path("dist"), help="output folder (dist/)")
     p.add_argument("--no-smoke", action="store_true", help="skip the smoke test")
+    p.add_argument(
+        "--patch-source",
+        metavar="DIR|URL",
+        help="where commit patches come from (a local mirror or git URL; default: the engine's)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -60,10 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--dist", type=Path, default=Path("dist"))
     sub.add_parser("engines", help="list engines and their default pins")
     cli_verify.add_parsers(sub)
+    cli_patches.add_parsers(sub)
     args = parser.parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
     try:
-        if cli_verify.dispatch(args, console):
+        if cli_verify.dispatch(args, console) or cli_patches.dispatch(args, console):
             pass
         elif args.command == "build":
             run_build(
@@ -80,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     jobs=args.jobs,
                     dist=args.dist,
                     smoke=not args.no_smoke,
+                    patch_source=args.patch_source,
                 ),
                 console,
             )

@@ -5,13 +5,21 @@ Execution modules receive the frozen objects defined here, never raw dicts.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from .errors import LlamaspecError, did_you_mean
 from .paths import project_root
@@ -81,14 +89,57 @@ class Engine(Frozen):
     pypi: PypiMirror | None = None
 
 
+def check_commitish(value: str) -> str:
+    """A commit SHA: full (40 hex) or abbreviated (7+ hex, to be resolved by the lock)."""
+    if not re.match(r"^[0-9a-f]{7,40}$", value):
+        raise ValueError(f"{value!r} is not a commit SHA (7 to 40 lowercase hex digits)")
+    return value
+
+
+CommitIsh = Annotated[str, AfterValidator(check_commitish)]
+
+
+class Upstream(Frozen):
+    """The upstream pull request a patch comes from."""
+
+    pr: int
+    url: str
+
+
+class PatchSource(Frozen):
+    """Where a patch's diff comes from: engine commits, a project file, or a PR's head."""
+
+    commits: tuple[CommitIsh, ...] = ()
+    file: RelPath | None = None
+    pr_head: bool = False
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PatchSource:
+        if sum((bool(self.commits), self.file is not None, self.pr_head)) != 1:
+            raise ValueError("source needs exactly one of `commits`, `file` or `pr_head: true`")
+        return self
+
+
+class Landed(Frozen):
+    """Where a merged patch first appears, for in-base checks on trees without history."""
+
+    release: int | None = None
+    date: dt.date | None = None
+
+
 class PatchEntry(Frozen):
-    """A catalog entry in patches/series.yaml (project-authored `.patch` file)."""
+    """A catalog entry in patches/series.yaml."""
 
     id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
     engine: str
     title: str
-    file: RelPath
+    source: PatchSource
+    upstream: Upstream | None = None
+    state: Literal["merged", "open", "project"] = "project"
+    landed: Landed | None = None
     default: bool = True
+    requires: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
     only_if_missing: RelPath | None = None
     notes: str = ""
 
@@ -202,6 +253,13 @@ def load_series(root: Path | None = None) -> tuple[PatchEntry, ...]:
                 f"{path}: patch {entry.id!r} is for engine {entry.engine!r}, which does not exist."
                 f"{did_you_mean(entry.engine, ENGINES)} Known engines: {', '.join(ENGINES)}."
             )
+    for entry in parsed.patches:
+        for other in (*entry.requires, *entry.conflicts):
+            if other not in seen:
+                raise LlamaspecError(
+                    f"{path}: patch {entry.id!r} names {other!r} in requires/conflicts, which is "
+                    f"not in the catalog.{did_you_mean(other, seen)}"
+                )
     return parsed.patches
 
 

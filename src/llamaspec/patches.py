@@ -9,18 +9,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from . import gitutil
-from .config import PatchEntry
+from . import gitutil, patchsrc
+from . import lock as lockfile
+from .config import Engine, PatchEntry
 from .errors import LlamaspecError, did_you_mean
 from .paths import cache_dir
 from .sources import SourceTree, staging
 
-Status = Literal["applied", "already-in-base", "skipped", "conflict"]
+Status = Literal["applied", "in-base", "applies", "skipped", "conflict"]
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,12 @@ def select(
             continue
         if entry.id in include or (entry.default and not no_defaults):
             chosen.append(entry)
+    _requirements(chosen)
     return chosen
 
 
 def patch_file(entry: PatchEntry, root: Path) -> Path:
-    path = root / "patches" / entry.engine / entry.file
+    path = root / "patches" / entry.engine / str(entry.source.file)
     if not path.is_file():
         raise LlamaspecError(
             f"Patch {entry.id!r} names {path}, which does not exist. Restore the file or remove "
@@ -97,22 +100,93 @@ def _check_paths(entry: PatchEntry, text: str) -> None:
             )
 
 
+def _requirements(chosen: list[PatchEntry]) -> None:
+    ids = {p.id for p in chosen}
+    for p in chosen:
+        for need in p.requires:
+            if need not in ids:
+                raise LlamaspecError(
+                    f"Patch {p.id!r} requires {need!r}, which is not selected. Add --patch {need} "
+                    f"(or drop {p.id!r})."
+                )
+        for other in p.conflicts:
+            if other in ids:
+                raise LlamaspecError(
+                    f"Patches {p.id!r} and {other!r} conflict; choose one with --no-patch."
+                )
+
+
+def in_base_by_record(entry: PatchEntry, source: SourceTree, engine: Engine) -> str | None:
+    """Why a merged patch is already in `source`, from release/date records or ancestry."""
+    if entry.state != "merged":
+        return None
+    landed = entry.landed
+    if landed and source.commit == engine.pin:
+        if landed.release and engine.build_number and engine.build_number >= landed.release:
+            return f"first in b{landed.release}; the pin is b{engine.build_number}"
+        if landed.date and not landed.release and engine.pin_date >= landed.date:
+            return f"merged {landed.date}; the pin is of {engine.pin_date}"
+    if source.has_history and entry.source.commits:
+        anc = [
+            gitutil.git("merge-base", "--is-ancestor", c, "HEAD", cwd=source.path, check=False)
+            for c in entry.source.commits
+        ]
+        if all(a.returncode == 0 for a in anc):
+            return "its commits are ancestors of the pin"
+    return None
+
+
+def texts_for(
+    entry: PatchEntry,
+    engine: Engine,
+    lock: dict,
+    root: Path,
+    patch_source: str | None,
+    say: Callable[[str], None],
+) -> tuple[list[str], str]:
+    """The diff(s) of an entry, in order, and a label for the manifest."""
+    if entry.source.file:
+        text = patch_file(entry, root).read_text(encoding="utf-8")
+        return [text], f"file:patches/{entry.engine}/{entry.source.file}"
+    commits = lockfile.patch_commits(entry, lock)
+    if not commits:
+        raise LlamaspecError(
+            f"Patch {entry.id!r} ({'PR head' if entry.source.pr_head else 'short SHA'}) is not "
+            "resolved in llamaspec.lock. Run `nox -s lock -- --patch-source DIR` with a mirror of "
+            f"{engine.git_url}, or drop it with --no-patch {entry.id}."
+        )
+    texts = [patchsrc.commit_diff(engine, c, patch_source, say) for c in commits]
+    return texts, "commits:" + ",".join(c[:12] for c in commits)
+
+
 def apply(
     source: SourceTree,
     entries: Sequence[PatchEntry],
     root: Path,
     say: Callable[[str], None],
+    engine: Engine | None = None,
+    lock: dict | None = None,
+    patch_source: str | None = None,
 ) -> PatchedTree:
     """Apply `entries` to a copy of `source`; the result is cached by (tree, patch contents)."""
     if not entries:
         return PatchedTree(source=source, path=source.path, patches=())
-    texts = []
+    lock = lock or {"engines": {}, "patches": {}}
+    decided: list[tuple[PatchEntry, str | None, list[str], str, str]] = []
     for entry in entries:
-        text = patch_file(entry, root).read_text(encoding="utf-8")
-        _check_paths(entry, text)
-        texts.append((entry, text, hashlib.sha256(text.encode()).hexdigest()))
+        why = in_base_by_record(entry, source, engine) if engine else None
+        if why:
+            decided.append((entry, why, [], "", "record"))
+            continue
+        if engine is None and not entry.source.file:
+            raise LlamaspecError(f"Patch {entry.id!r} needs the engine to resolve its commits.")
+        texts, label = texts_for(entry, engine, lock, root, patch_source, say)  # type: ignore[arg-type]
+        for text in texts:
+            _check_paths(entry, text)
+        digest = hashlib.sha256("".join(texts).encode()).hexdigest()
+        decided.append((entry, None, texts, digest, label))
     key = hashlib.sha256(
-        json.dumps([source.content_key, [(e.id, h) for e, _, h in texts]]).encode()
+        json.dumps([source.content_key, [(e.id, d, w) for e, w, _, d, _ in decided]]).encode()
     ).hexdigest()[:16]
     final = cache_dir() / "work" / source.engine / f"{source.short}-{key}"
     meta = final.parent / f"{final.name}.json"
@@ -120,18 +194,32 @@ def apply(
         statuses = tuple(PatchStatus(**s) for s in json.loads(meta.read_text()))
         say(f"patches: cached patched tree ({len(statuses)} patches) at {final}")
         return PatchedTree(source=source, path=final, patches=statuses)
+    statuses: list[PatchStatus] = []
+    for entry, why, _, _, _ in decided:
+        if why:
+            statuses.append(PatchStatus(entry.id, entry.title, "in-base", "", "record"))
+            say(f"patches: {entry.id}: in-base ({why})")
+    if all(why for _, why, _, _, _ in decided):
+        return PatchedTree(source=source, path=source.path, patches=tuple(statuses))
     statuses = []
+    label_tree = f"{source.engine}@{source.short}"
     with staging(final) as tmp:
         tmp.rmdir()
-        gitutil.git("clone", "-q", "--shared", source.path, tmp)
-        for entry, text, digest in texts:
-            src = f"file:patches/{entry.engine}/{entry.file}"
+        # A plain copy, not a clone: mirrors may lack large blobs (models/*.gguf) that a
+        # checkout would need, and the copy keeps whatever the source tree has.
+        shutil.copytree(source.path, tmp, symlinks=True)
+        gitutil.git("update-index", "-q", "--refresh", cwd=tmp, check=False)
+        for entry, why, texts, digest, label in decided:
+            if why:
+                statuses.append(PatchStatus(entry.id, entry.title, "in-base", "", "record"))
+                say(f"patches: {entry.id}: in-base ({why})")
+                continue
             if entry.only_if_missing and (tmp / entry.only_if_missing).exists():
-                statuses.append(PatchStatus(entry.id, entry.title, "skipped", digest, src))
+                statuses.append(PatchStatus(entry.id, entry.title, "skipped", digest, label))
                 say(f"patches: {entry.id}: skipped ({entry.only_if_missing} is present)")
                 continue
-            status = _apply_one(tmp, entry, text, f"{source.engine}@{source.short}")
-            statuses.append(PatchStatus(entry.id, entry.title, status, digest, src))
+            status = _apply_all(tmp, entry, texts, label_tree, label)
+            statuses.append(PatchStatus(entry.id, entry.title, status, digest, label))
             say(f"patches: {entry.id}: {status}")
         gitutil.git("add", "-A", cwd=tmp)
         gitutil.git("commit", "-q", "--allow-empty", "-m", "llamaspec patches", cwd=tmp)
@@ -139,17 +227,40 @@ def apply(
     return PatchedTree(source=source, path=final, patches=tuple(statuses))
 
 
-def _apply_one(tree: Path, entry: PatchEntry, text: str, label: str) -> Status:
-    rev = gitutil.git("apply", "--check", "-R", "-", cwd=tree, check=False, input_text=text)
-    if rev.returncode == 0:
-        return "already-in-base"
-    proc = gitutil.git("apply", "--3way", "--index", "-", cwd=tree, check=False, input_text=text)
-    if proc.returncode == 0:
-        return "applied"
-    failed = [ln for ln in proc.stderr.splitlines() if ln.startswith(("error:", "U "))]
-    raise LlamaspecError(
-        f"Patch {entry.id!r} ({entry.title}) does not apply to {label}: "
-        + "; ".join(failed[:8] or proc.stderr.strip().splitlines()[-3:])
-        + ". The cached source was left untouched. Pick a pin the patch was written for, drop "
-        f"it with --no-patch {entry.id}, or refresh patches/{entry.engine}/{entry.file}."
-    )
+def check(tree: Path, texts: Sequence[str]) -> Status | str:
+    """in-base | applies | conflict, without touching `tree`."""
+    if texts and all(
+        gitutil.git("apply", "--check", "-R", "-", cwd=tree, check=False, input_text=t).returncode
+        == 0
+        for t in texts
+    ):
+        return "in-base"
+    first = gitutil.git("apply", "--check", "-", cwd=tree, check=False, input_text=texts[0])
+    return "applies" if first.returncode == 0 else "conflict"
+
+
+def _apply_all(tree: Path, entry: PatchEntry, texts: Sequence[str], label: str, src: str) -> Status:
+    if all(
+        gitutil.git("apply", "--check", "-R", "-", cwd=tree, check=False, input_text=t).returncode
+        == 0
+        for t in texts
+    ):
+        return "in-base"
+    for text in texts:
+        proc = gitutil.git(
+            "apply", "--3way", "--index", "-", cwd=tree, check=False, input_text=text
+        )
+        if proc.returncode != 0:
+            failed = [ln for ln in proc.stderr.splitlines() if ln.startswith(("error:", "U "))]
+            written = (
+                f"it was written against {entry.source.commits[0][:12]}^"
+                if entry.source.commits
+                else f"it comes from {src}"
+            )
+            raise LlamaspecError(
+                f"Patch {entry.id!r} ({entry.title}) does not apply to {label}: "
+                + "; ".join(failed[:8] or proc.stderr.strip().splitlines()[-3:])
+                + f". The cached source was left untouched; {written}. Pick a pin the patch "
+                f"was written for, drop it with --no-patch {entry.id}, or refresh it."
+            )
+    return "applied"

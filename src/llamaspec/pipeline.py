@@ -9,6 +9,7 @@ from rich.console import Console
 
 from . import build as build_stage
 from . import config, flags, patches, smoke, sources, toolchain
+from . import lock as lockfile
 from .embedded import embedded_model
 from .errors import choose
 
@@ -29,6 +30,7 @@ class BuildSpec:
     jobs: int | None = None
     dist: Path = field(default_factory=lambda: Path("dist"))
     smoke: bool = True
+    patch_source: str | None = None
 
 
 def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> build_stage.Artifact:
@@ -43,8 +45,18 @@ def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> bu
     )
     tools = toolchain.detect()
     say = console.print
+    locked = lockfile.load(root or _root())
+    lockfile.check_pin(engine, spec.pin or engine.pin, locked)
     tree = sources.fetch(engine, spec.pin, spec.source, spec.source_dir, say)
-    patched = patches.apply(tree, selected, root or _root(), say)
+    patched = patches.apply(
+        tree,
+        selected,
+        root or _root(),
+        say,
+        engine=engine,
+        lock=locked,
+        patch_source=spec.patch_source,
+    )
     artifact = build_stage.build(
         engine, patched, spec.backend, extra, tools, spec.dist, spec.jobs, console
     )

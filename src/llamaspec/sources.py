@@ -308,8 +308,11 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
             f"--source-dir {source_dir} does not exist or is not a directory. Give the path of "
             f"a {engine.name} checkout (the directory that holds CMakeLists.txt)."
         )
-    _check_engine_tree(src, engine, "--source-dir")
-    if gitutil.is_repo_root(src):
+    bare = gitutil.git("rev-parse", "--is-bare-repository", cwd=src, check=False)
+    is_bare = bare.returncode == 0 and bare.stdout.strip() == "true"
+    if not is_bare:
+        _check_engine_tree(src, engine, "--source-dir")
+    if is_bare or gitutil.is_repo_root(src):
         commit = pin or gitutil.head(src)
         have = gitutil.git("cat-file", "-e", f"{commit}^{{commit}}", cwd=src, check=False)
         if have.returncode != 0:
@@ -325,6 +328,7 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
         with staging(final) as tmp:
             gitutil.git("clone", "-q", "--shared", "--no-checkout", src, tmp)
             gitutil.git("checkout", "-q", "--detach", commit, cwd=tmp)
+            _check_engine_tree(tmp, engine, f"Commit {commit[:12]} of {src}")
             shallow = gitutil.git("rev-parse", "--is-shallow-repository", cwd=tmp).stdout
             tree = _finish(
                 tmp,

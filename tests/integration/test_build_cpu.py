@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -48,7 +49,8 @@ def test_dist_is_self_contained(upstream_artifact) -> None:
     ).stdout
     for line in ldd.splitlines():
         if "libllama" in line or "libggml" in line:
-            assert str(upstream_artifact.path / "lib") in line, line
+            resolved = Path(line.split("=>")[1].split("(")[0].strip()).resolve()
+            assert resolved.parent == (upstream_artifact.path / "lib").resolve(), line
     assert "not found" not in ldd
 
 

@@ -69,12 +69,12 @@ def test_series_rejects_unknown_engine_and_escaping_path(tmp_path: Path) -> None
     root = write_root(
         tmp_path,
         (ROOT / "engines.yaml").read_text(),
-        "patches:\n- {id: a, engine: llama.cp, title: t, file: a.patch}\n",
+        "patches:\n- {id: a, engine: llama.cp, title: t, source: {file: a.patch}}\n",
     )
     with pytest.raises(LlamaspecError, match="Did you mean 'llama.cpp'"):
         config.load_series(root)
     (root / "patches" / "series.yaml").write_text(
-        "patches:\n- {id: a, engine: llama.cpp, title: t, file: ../../etc/passwd}\n"
+        "patches:\n- {id: a, engine: llama.cpp, title: t, source: {file: ../../etc/passwd}}\n"
     )
     with pytest.raises(LlamaspecError, match=r"relative path inside the tree"):
         config.load_series(root)
@@ -84,3 +84,37 @@ def test_choose_suggests() -> None:
     assert choose("engine", "llama.cpp", ["llama.cpp"]) == "llama.cpp"
     with pytest.raises(LlamaspecError, match="Did you mean 'ik_llama.cpp'"):
         choose("engine", "ik-llama.cpp", ["llama.cpp", "ik_llama.cpp"])
+
+
+def test_series_source_needs_exactly_one_kind_and_known_requirements(tmp_path: Path) -> None:
+    root = write_root(
+        tmp_path,
+        (ROOT / "engines.yaml").read_text(),
+        "patches:\n- {id: a, engine: llama.cpp, title: t,\n"
+        "   source: {file: a.patch, pr_head: true}}\n",
+    )
+    with pytest.raises(LlamaspecError, match="exactly one of"):
+        config.load_series(root)
+    (root / "patches" / "series.yaml").write_text(
+        "patches:\n- {id: a, engine: llama.cpp, title: t, source: {file: a.patch}, "
+        "requires: [spec-checkpointin]}\n"
+    )
+    with pytest.raises(LlamaspecError, match="not in the catalog"):
+        config.load_series(root)
+    (root / "patches" / "series.yaml").write_text(
+        "patches:\n- {id: a, engine: llama.cpp, title: t, source: {commits: [xyz]}}\n"
+    )
+    with pytest.raises(LlamaspecError, match="is not a commit SHA"):
+        config.load_series(root)
+
+
+def test_real_series_has_the_two_seed_patches() -> None:
+    by_id = {p.id: p for p in config.load_series(ROOT)}
+    port = by_id["ik-spec-port"]
+    assert port.source.commits == ("b6bc5eedadb75a2e690fc907e83951e6081fa459",)
+    assert port.upstream and port.upstream.pr == 645 and port.default
+    ckpt = by_id["spec-checkpointing"]
+    assert ckpt.upstream and ckpt.upstream.pr == 19493 and ckpt.landed and ckpt.landed.release
+    opens = [p for p in by_id.values() if p.state == "open"]
+    assert {p.upstream.pr for p in opens if p.upstream} == {25592, 28118, 1976}
+    assert not any(p.default for p in opens)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from llamaspec import patches, sources
-from llamaspec.config import PatchEntry
+from llamaspec.config import PatchEntry, PatchSource
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir
 
@@ -36,7 +36,13 @@ def setup(tmp_path: Path):
 
 def entry(root: Path, pid: str, text: str, **kw) -> PatchEntry:
     (root / "patches" / "llama.cpp" / f"{pid}.patch").write_text(text)
-    return PatchEntry(id=pid, engine="llama.cpp", title=f"title {pid}", file=f"{pid}.patch", **kw)
+    return PatchEntry(
+        id=pid,
+        engine="llama.cpp",
+        title=f"title {pid}",
+        source=PatchSource(file=f"{pid}.patch"),
+        **kw,
+    )
 
 
 def test_applies_on_a_copy_and_leaves_the_source_untouched(setup) -> None:
@@ -59,7 +65,7 @@ def test_reverse_applying_patch_is_already_in_base(setup, tmp_path: Path) -> Non
     base_to_second = run_git(repo, "diff", "HEAD~1", "HEAD") + "\n"
     e = entry(root, "second", base_to_second)
     patched = patches.apply(later, [e], root, lambda _m: None)
-    assert patched.patches[0].status == "already-in-base"
+    assert patched.patches[0].status == "in-base"
     assert not patched.applied
 
 
@@ -86,15 +92,23 @@ def test_patch_touching_paths_outside_the_tree_is_refused(setup) -> None:
 
 def test_select_defaults_includes_excludes_and_unknown_ids(tmp_path: Path) -> None:
     series = [
-        PatchEntry(id="a", engine="llama.cpp", title="a", file="a.patch"),
-        PatchEntry(id="b", engine="llama.cpp", title="b", file="b.patch", default=False),
-        PatchEntry(id="c", engine="ik_llama.cpp", title="c", file="c.patch"),
+        PatchEntry(id="a", engine="llama.cpp", title="a", source=PatchSource(file="a.patch")),
+        PatchEntry(
+            id="b",
+            engine="llama.cpp",
+            title="b",
+            source=PatchSource(file="b.patch"),
+            default=False,
+            requires=("a",),
+        ),
+        PatchEntry(id="c", engine="ik_llama.cpp", title="c", source=PatchSource(file="c.patch")),
     ]
     ids = lambda chosen: [p.id for p in chosen]  # noqa: E731
     assert ids(patches.select(series, "llama.cpp")) == ["a"]
     assert ids(patches.select(series, "llama.cpp", include=["b"])) == ["a", "b"]
     assert ids(patches.select(series, "llama.cpp", exclude=["a"])) == []
-    assert ids(patches.select(series, "llama.cpp", ["b"], no_defaults=True)) == ["b"]
+    with pytest.raises(LlamaspecError, match="requires 'a'"):
+        patches.select(series, "llama.cpp", ["b"], no_defaults=True)
     with pytest.raises(LlamaspecError, match="Did you mean 'a'"):
         patches.select(series, "llama.cpp", include=["aa"])
     with pytest.raises(LlamaspecError, match="is for ik_llama.cpp"):
@@ -118,6 +132,6 @@ def test_project_patch_for_ik_is_a_new_file_in_the_tree() -> None:
     from llamaspec import config
 
     root = Path(__file__).resolve().parents[2]
-    (ik,) = [p for p in config.load_series(root) if p.engine == "ik_llama.cpp"]
+    (ik,) = [p for p in config.load_series(root) if p.id == "ik-build-info"]
     text = patches.patch_file(ik, root).read_text()
     assert "+++ b/common/cmake/build-info-gen-cpp.cmake" in text and ik.only_if_missing

@@ -1,0 +1,56 @@
+"""llamaspec.lock: the full SHAs a build used (pins and patch commits), committed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from .config import FULL_SHA, Engine, PatchEntry
+from .errors import LlamaspecError
+
+LOCK = "llamaspec.lock"
+
+
+def load(root: Path) -> dict:
+    path = root / LOCK
+    if not path.is_file():
+        return {"engines": {}, "patches": {}}
+    data = yaml.safe_load(path.read_text()) or {}
+    return {"engines": data.get("engines") or {}, "patches": data.get("patches") or {}}
+
+
+def save(root: Path, lock: dict) -> Path:
+    path = root / LOCK
+    header = (
+        "# Written by `nox -s lock`: the exact commits llamaspec builds use. Patch commits are\n"
+        "# applied in order, each as its diff against its first parent. An empty list means\n"
+        "# the entry could not be resolved here (see `nox -s lock` output).\n"
+    )
+    path.write_text(header + yaml.safe_dump(lock, sort_keys=True))
+    return path
+
+
+def patch_commits(entry: PatchEntry, lock: dict) -> tuple[str, ...] | None:
+    """Full SHAs for a commit/PR patch: the catalog's when full, else the lock's (or None)."""
+    if entry.source.commits and all(FULL_SHA.match(c) for c in entry.source.commits):
+        locked = lock["patches"].get(entry.id)
+        if locked and list(locked) != list(entry.source.commits):
+            raise LlamaspecError(
+                f"llamaspec.lock lists {locked} for patch {entry.id!r}, but patches/series.yaml "
+                f"says {list(entry.source.commits)}. Run `nox -s lock` to bring the lock up to "
+                "date, or fix the catalog."
+            )
+        return tuple(entry.source.commits)
+    locked = lock["patches"].get(entry.id)
+    return tuple(locked) if locked else None
+
+
+def check_pin(engine: Engine, pin: str, lock: dict) -> None:
+    """A build of the default pin must match the lock's record of it."""
+    locked = lock["engines"].get(engine.name)
+    if locked and pin == engine.pin and locked != engine.pin:
+        raise LlamaspecError(
+            f"engines.yaml pins {engine.name} at {engine.pin}, but llamaspec.lock records "
+            f"{locked}. Run `nox -s lock` after changing a pin."
+        )

@@ -1,0 +1,151 @@
+"""Commit patches from a throwaway 'upstream' repository: status, lock, export/import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamaspec import lock, patches, patchsrc, sources
+from llamaspec.config import Landed, PatchEntry, PatchSource, Upstream
+from llamaspec.errors import LlamaspecError
+
+from gitrepos import make_engine, make_engine_repo, run_git
+
+pytestmark = pytest.mark.unit
+quiet = lambda _m: None  # noqa: E731
+
+
+@pytest.fixture
+def upstream(tmp_path: Path):
+    """base → feature (the 'PR', merged) → later; plus a conflicting change and a PR ref."""
+    repo = tmp_path / "up"
+    base, second = make_engine_repo(repo)
+    (repo / "tools/server/server.cpp").write_text("int main() { return 1; }\n// feature\n")
+    run_git(repo, "commit", "-qam", "feature (#7)")
+    feature = run_git(repo, "rev-parse", "HEAD")
+    (repo / "NOTES.md").write_text("later\n")
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "later")
+    later = run_git(repo, "rev-parse", "HEAD")
+    run_git(repo, "checkout", "-q", "-b", "pr", base)
+    (repo / "tools/server/server.cpp").write_text("int main() { return 2; }\n")
+    run_git(repo, "commit", "-qam", "pr change")
+    pr_head = run_git(repo, "rev-parse", "HEAD")
+    run_git(repo, "update-ref", "refs/pull/9/head", pr_head)
+    run_git(repo, "checkout", "-q", "main")
+    return repo, {"base": base, "second": second, "feature": feature, "later": later, "pr": pr_head}
+
+
+def entry(commits=(), **kw) -> PatchEntry:
+    return PatchEntry(
+        id=kw.pop("id", "feat"),
+        engine="llama.cpp",
+        title="feature",
+        source=PatchSource(commits=tuple(commits), pr_head=kw.pop("pr_head", False)),
+        upstream=Upstream(pr=7, url="https://example.invalid/pr/7"),
+        state=kw.pop("state", "merged"),
+        **kw,
+    )
+
+
+def tree_at(repo: Path, commit: str, engine):
+    return sources.fetch(engine, commit, "local", repo, quiet)
+
+
+def test_commit_patch_applies_on_an_older_base(upstream, tmp_path: Path) -> None:
+    repo, c = upstream
+    engine = make_engine(c["later"], git_url=repo.as_uri())
+    old = tree_at(repo, c["second"], engine)
+    e = entry([c["feature"]])
+    patched = patches.apply(old, [e], tmp_path, quiet, engine=engine, patch_source=str(repo))
+    assert [p.status for p in patched.patches] == ["applied"]
+    assert "// feature" in (patched.path / "tools/server/server.cpp").read_text()
+    assert patched.patches[0].source == f"commits:{c['feature'][:12]}"
+    assert len(patched.patches[0].sha256) == 64
+
+
+def test_in_base_by_ancestry_with_history_and_by_content_without(upstream, tmp_path) -> None:
+    repo, c = upstream
+    engine = make_engine(c["later"], git_url=repo.as_uri())
+    e = entry([c["feature"]])
+    with_history = tree_at(repo, c["later"], engine)
+    assert "ancestors" in patches.in_base_by_record(e, with_history, engine)
+    shallow = sources.fetch(engine, c["later"], "git", None, quiet)  # no history
+    assert shallow.has_history is False
+    assert patches.in_base_by_record(e, shallow, engine) is None
+    texts, _ = patches.texts_for(e, engine, {"patches": {}}, tmp_path, str(repo), quiet)
+    assert patches.check(shallow.path, texts) == "in-base"
+    patched = patches.apply(shallow, [e], tmp_path, quiet, engine=engine, patch_source=str(repo))
+    assert [p.status for p in patched.patches] == ["in-base"]
+
+
+def test_in_base_by_release_record_needs_no_diff(tmp_path: Path) -> None:
+    engine = make_engine("a" * 40, build_number=11312)
+    tree = sources.SourceTree(tmp_path, "llama.cpp", "a" * 40, "pypi-sdist", "", False, "k")
+    e = entry(["455d8e4be"], landed=Landed(release=8842))
+    assert "b8842" in patches.in_base_by_record(e, tree, engine)
+    patched = patches.apply(tree, [e], tmp_path, quiet, engine=engine)
+    assert [p.status for p in patched.patches] == ["in-base"] and patched.path == tmp_path
+
+
+def test_conflict_names_the_commit_it_was_written_for(upstream, tmp_path) -> None:
+    repo, c = upstream
+    engine = make_engine(c["later"], git_url=repo.as_uri())
+    pr_tree = tree_at(repo, c["pr"], engine)
+    e = entry([c["feature"]], state="open")
+    assert (
+        patches.check(
+            pr_tree.path,
+            patches.texts_for(e, engine, {"patches": {}}, tmp_path, str(repo), quiet)[0],
+        )
+        == "conflict"
+    )
+    with pytest.raises(LlamaspecError, match=f"written against {c['feature'][:12]}"):
+        patches.apply(pr_tree, [e], tmp_path, quiet, engine=engine, patch_source=str(repo))
+
+
+def test_short_sha_outside_lock_is_an_error(upstream, tmp_path) -> None:
+    repo, c = upstream
+    engine = make_engine(c["later"], git_url=repo.as_uri())
+    e = entry([c["feature"][:9]], state="open")
+    with pytest.raises(LlamaspecError, match="not resolved in llamaspec.lock"):
+        patches.texts_for(e, engine, {"patches": {}}, tmp_path, None, quiet)
+    with pytest.raises(LlamaspecError, match="is not a full SHA"):
+        patchsrc.commit_diff(engine, c["feature"][:9], None, quiet)
+
+
+def test_missing_commit_and_offline_without_cache(upstream) -> None:
+    repo, c = upstream
+    engine = make_engine(c["later"], git_url=repo.as_uri())
+    with pytest.raises(LlamaspecError, match="has no commit"):
+        patchsrc.commit_diff(engine, "1" * 40, str(repo), quiet)
+    offline = make_engine(c["later"], git_url="https://invalid.invalid/x.git")
+    with pytest.raises(LlamaspecError, match="patches export DIR"):
+        patchsrc.commit_diff(offline, c["feature"], None, quiet)
+
+
+def test_lock_resolves_short_shas_and_pr_heads_from_a_mirror(upstream, tmp_path) -> None:
+    repo, c = upstream
+    engine = make_engine(c["later"], git_url=repo.as_uri())
+    assert patchsrc.resolve_commitish(engine, c["feature"][:9], str(repo)) == c["feature"]
+    with pytest.raises(LlamaspecError, match="abbreviated"):
+        patchsrc.resolve_commitish(engine, c["feature"][:9], None)
+    assert patchsrc.resolve_pr(engine, 9, str(repo)) == [c["pr"]]
+    locked = {"engines": {}, "patches": {"feat": [c["feature"]]}}
+    lock.save(tmp_path, locked)
+    assert lock.load(tmp_path) == locked
+    assert lock.patch_commits(entry([c["feature"][:9]]), locked) == (c["feature"],)
+    with pytest.raises(LlamaspecError, match="Run `nox -s lock`"):
+        lock.patch_commits(entry([c["second"]]), locked)
+
+
+def test_export_and_import_make_diffs_available_offline(upstream, tmp_path, monkeypatch) -> None:
+    repo, c = upstream
+    engine = make_engine(c["later"], git_url=repo.as_uri())
+    text = patchsrc.commit_diff(engine, c["feature"], str(repo), quiet)
+    assert patchsrc.export_diffs(["llama.cpp"], tmp_path / "out") == 1
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "fresh-cache"))
+    offline = make_engine(c["later"], git_url="https://invalid.invalid/x.git")
+    assert patchsrc.import_diffs(tmp_path / "out") == 1
+    assert patchsrc.commit_diff(offline, c["feature"], None, quiet) == text
