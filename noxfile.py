@@ -59,3 +59,17 @@ def bench(session: nox.Session) -> None:
     """Speedup benchmark: `nox -s bench -- [RECIPE] [--artifact ID]` → reports/."""
     _install(session, "embedded")
     session.run("llamaspec", "bench", *session.posargs)
+
+
+@nox.session
+def patches(session: nox.Session) -> None:
+    """The patch catalog: `nox -s patches -- status --engine E [--pin SHA]`, export, import."""
+    _install(session)
+    session.run("llamaspec", "patches", *session.posargs)
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Resolve short SHAs and PR heads into llamaspec.lock (needs the engines' history)."""
+    _install(session)
+    session.run("llamaspec", "lock", *session.posargs)
