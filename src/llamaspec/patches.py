@@ -221,8 +221,9 @@ def apply(
             status = _apply_all(tmp, entry, texts, label_tree, label)
             statuses.append(PatchStatus(entry.id, entry.title, status, digest, label))
             say(f"patches: {entry.id}: {status}")
+        # Left staged, not committed: HEAD stays the engine commit, so trees whose build
+        # info comes from git (`git rev-parse HEAD`) still name the engine commit.
         gitutil.git("add", "-A", cwd=tmp)
-        gitutil.git("commit", "-q", "--allow-empty", "-m", "llamaspec patches", cwd=tmp)
         meta.write_text(json.dumps([asdict(s) for s in statuses], indent=2) + "\n")
     return PatchedTree(source=source, path=final, patches=tuple(statuses))
 

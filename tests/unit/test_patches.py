@@ -54,7 +54,9 @@ def test_applies_on_a_copy_and_leaves_the_source_untouched(setup) -> None:
     assert patched.path != tree.path
     assert (patched.path / "README.md").read_text().endswith("x\n")
     assert (tree.path / "README.md").read_text() == "one\ntwo\nthree\n"
-    assert run_git(patched.path, "status", "--porcelain") == ""
+    # staged, not committed: HEAD still names the engine commit (git-based build info)
+    assert run_git(patched.path, "diff", "--cached", "--name-only") == "README.md"
+    assert run_git(patched.path, "rev-parse", "HEAD") == run_git(tree.path, "rev-parse", "HEAD")
     again = patches.apply(tree, [e], root, lambda _m: None)
     assert again == patched
 
