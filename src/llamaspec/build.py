@@ -105,7 +105,12 @@ def build(
     console: Console,
 ) -> Artifact:
     """Configure and build the server, install it into dist/<id>/ (a no-op when it exists)."""
-    defines = [*flags.merge(engine.name, backend, extra), *internal_defines(engine, patched)]
+    declared = flags.tree_options(patched.path)
+    defines = [
+        *flags.merge(engine.name, backend, extra, declared),
+        *internal_defines(engine, patched),
+    ]
+    flags.check_known(defines, declared)
     aid = artifact_id(engine, patched, backend, defines, tools)
     out = dist / aid
     if (out / "manifest.json").is_file():
@@ -151,6 +156,16 @@ def configure(
     tools: Toolchain,
     console: Console,
 ) -> None:
+    cache_file = build_dir / "CMakeCache.txt"
+    if (
+        cache_file.is_file()
+        and Path(_read_cache(cache_file).get("CMAKE_HOME_DIRECTORY", str(tree))).resolve()
+        != tree.resolve()
+    ):
+        # same artifact, source now at another path (e.g. a re-made patched tree):
+        # CMake refuses a cache made for another source dir, so start the tree over
+        shutil.rmtree(build_dir)
+        build_dir.mkdir(parents=True)
     cmd = [
         tools.cmake,
         "-S",

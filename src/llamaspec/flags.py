@@ -30,6 +30,7 @@ class Define:
 class Flag:
     value: str
     meaning: str
+    only_if_declared: bool = False  # set only where the tree declares it (older/newer pins)
 
 
 # Profiles are data: every define with what it does. `(engine, backend)` → {define: Flag}.
@@ -39,13 +40,15 @@ COMMON: dict[str, Flag] = {
     "LLAMA_BUILD_TESTS": Flag("OFF", "skip the engine's own test programs"),
     "LLAMA_BUILD_EXAMPLES": Flag("OFF", "skip example programs the server does not need"),
     "LLAMA_BUILD_SERVER": Flag("ON", "build llama-server"),
-    "LLAMA_CURL": Flag("OFF", "no libcurl: models are downloaded by llamaspec, not the server"),
+    "LLAMA_CURL": Flag(
+        "OFF", "no libcurl: models are downloaded by llamaspec, not the server", True
+    ),
 }
 PROFILES: dict[tuple[str, str], dict[str, Flag]] = {
     ("llama.cpp", "cpu"): {
         **COMMON,
         "LLAMA_USE_PREBUILT_UI": Flag(
-            "OFF", "do not download web UI assets from Hugging Face during the build"
+            "OFF", "do not download web UI assets from Hugging Face during the build", True
         ),
     },
     ("ik_llama.cpp", "cpu"): {
@@ -87,11 +90,15 @@ def parse_define(text: str, origin: str) -> Define:
     return Define(name, value, origin)
 
 
-def merge(engine: str, backend: str, extras: Sequence[Define]) -> list[Define]:
-    """Profile defines overlaid by extras (later wins), in a stable order."""
+def merge(
+    engine: str, backend: str, extras: Sequence[Define], declared: set[str] | None = None
+) -> list[Define]:
+    """Profile defines overlaid by extras (later wins), in a stable order. Profile flags
+    marked only_if_declared are dropped when `declared` (the tree's options) lacks them."""
     merged: dict[str, Define] = {
         name: Define(name, flag.value, f"profile {engine}/{backend}")
         for name, flag in profile(engine, backend).items()
+        if not (flag.only_if_declared and declared is not None and name not in declared)
     }
     for d in extras:
         merged[d.name] = d
@@ -144,3 +151,30 @@ def check_unused(
         + " ".join(lines)
         + " Fix the spelling or drop the define; nothing was built."
     )
+
+
+# CMake's own variables and find_package() hints are not declared by the tree.
+_EXTERNAL = re.compile(r"^(CMAKE_|CPACK_)|_(DIR|ROOT|INCLUDE_DIR|LIBRARY|EXECUTABLE|PATH)$")
+
+
+def check_known(defines: Iterable[Define], known: set[str]) -> None:
+    """Before CMake runs: every GGML_/LLAMA_/... define must be declared by this tree.
+
+    CMake's own "not used" report misses names that the tree mentions without reading
+    (e.g. GGML_USE_OPENMP, a compile definition, not an option)."""
+    bad = [
+        d
+        for d in defines
+        if not d.origin.startswith("llamaspec")
+        and not _EXTERNAL.search(d.name)
+        and d.name not in known
+    ]
+    if bad:
+        lines = [
+            f"{d.name} (from {d.origin}) is not an option of this tree."
+            + did_you_mean(d.name, known)
+            for d in bad
+        ]
+        raise LlamaspecError(
+            " ".join(lines) + " Fix the spelling or drop the define; nothing was configured."
+        )

@@ -194,13 +194,11 @@ def apply(
         statuses = tuple(PatchStatus(**s) for s in json.loads(meta.read_text()))
         say(f"patches: cached patched tree ({len(statuses)} patches) at {final}")
         return PatchedTree(source=source, path=final, patches=statuses)
-    statuses: list[PatchStatus] = []
-    for entry, why, _, _, _ in decided:
-        if why:
-            statuses.append(PatchStatus(entry.id, entry.title, "in-base", "", "record"))
-            say(f"patches: {entry.id}: in-base ({why})")
     if all(why for _, why, _, _, _ in decided):
-        return PatchedTree(source=source, path=source.path, patches=tuple(statuses))
+        for entry, why, _, _, _ in decided:
+            say(f"patches: {entry.id}: in-base ({why})")
+        statuses = tuple(PatchStatus(e.id, e.title, "in-base", "", "record") for e, *_ in decided)
+        return PatchedTree(source=source, path=source.path, patches=statuses)
     statuses = []
     label_tree = f"{source.engine}@{source.short}"
     with staging(final) as tmp:

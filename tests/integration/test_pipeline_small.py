@@ -51,6 +51,7 @@ def test_local_tree_builds_installs_and_stamps_its_commit(tmp_path: Path) -> Non
         "--dist",
         str(dist),
         "--no-smoke",
+        "--no-default-patches",
     )
     proc = llamaspec(*args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -74,6 +75,7 @@ def test_compile_error_shows_the_first_error_only(tmp_path: Path) -> None:
         "--dist",
         str(tmp_path / "dist"),
         "--no-smoke",
+        "--no-default-patches",
     )
     assert proc.returncode == 2
     assert "The build of llama-server failed" in proc.stderr

@@ -121,3 +121,24 @@ def test_first_error_shows_the_compiler_error_not_the_whole_log() -> None:
     shown = build.first_error(log)
     assert "error: 'bar' was not declared" in shown and "noise 500" not in shown
     assert len(shown.splitlines()) < 12
+
+
+def test_undeclared_define_is_caught_before_cmake_with_did_you_mean() -> None:
+    known = {"GGML_OPENMP", "LLAMA_BUILD_SERVER"}
+    user = flags.parse_define("GGML_USE_OPENMP=ON", "--define")
+    with pytest.raises(LlamaspecError, match=r"GGML_USE_OPENMP \(from --define\).*'GGML_OPENMP'"):
+        flags.check_known([user], known)
+    # CMake's own variables, find_package hints and llamaspec's stamps pass
+    ok = [
+        flags.parse_define("CMAKE_CUDA_ARCHITECTURES=86", "--define"),
+        flags.parse_define("Vulkan_INCLUDE_DIR=/x", "--define"),
+        flags.Define("LLAMA_BUILD_COMMIT", "abc", "llamaspec (version stamp)"),
+    ]
+    flags.check_known(ok, known)
+
+
+def test_profile_flags_only_where_the_tree_declares_them() -> None:
+    names = {d.name for d in flags.merge("llama.cpp", "cpu", [], declared={"GGML_NATIVE"})}
+    assert "LLAMA_CURL" not in names and "LLAMA_USE_PREBUILT_UI" not in names
+    assert "GGML_NATIVE" in names
+    assert "LLAMA_CURL" in {d.name for d in flags.merge("llama.cpp", "cpu", [])}
