@@ -73,3 +73,10 @@ def lock(session: nox.Session) -> None:
     """Resolve short SHAs and PR heads into llamaspec.lock (needs the engines' history)."""
     _install(session)
     session.run("llamaspec", "lock", *session.posargs)
+
+
+@nox.session(name="bench-build")
+def bench_build(session: nox.Session) -> None:
+    """Cold build time, llamaspec vs plain cmake, same tree and flags → reports/."""
+    _install(session)
+    session.run("llamaspec", "bench-build", *session.posargs)

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import bench, dialects, verify
+from .benchbuild import bench_build
 from .build import load_artifact
 from .embedded import embedded_model
 from .errors import LlamaspecError
@@ -45,12 +46,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--repetitions", type=int, default=3)
     b.add_argument("--n-max", type=int, default=8, help="draft length")
     b.add_argument("--reports", type=Path, default=Path("reports"))
+    bb = sub.add_parser("bench-build", help="cold build time: llamaspec vs plain cmake")
+    bb.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
+    bb.add_argument("--dist", type=Path, default=Path("dist"))
+    bb.add_argument("--reports", type=Path, default=Path("reports"))
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command not in ("verify", "bench"):
+    if args.command not in ("verify", "bench", "bench-build"):
         return False
     artifact = load_artifact(args.dist, args.artifact or newest_artifact(args.dist))
+    if args.command == "bench-build":
+        bench_build(artifact, args.dist, args.reports, console)
+        return True
     dialect = dialect_for(artifact, console)
     if args.command == "verify":
         failed = []
