@@ -31,7 +31,8 @@ def test_manifest_records_inputs_and_binary(upstream_artifact) -> None:
     assert m["source"]["origin"] == "pypi-sdist"
     assert "llama-cpp-python==0.3.36" in m["source"]["detail"]
     names = {d["name"]: d["value"] for d in m["defines"]}
-    assert names["LLAMA_CURL"] == "OFF" and names["CMAKE_BUILD_TYPE"] == "Release"
+    assert names["CMAKE_BUILD_TYPE"] == "Release" and names["LLAMA_USE_PREBUILT_UI"] == "OFF"
+    assert "LLAMA_CURL" not in names  # not an option of upstream at this pin
     assert m["toolchain"]["cmake"] and m["toolchain"]["compiler"]
     assert len(m["binary_sha256"]) == 64 and m["build_seconds"]["compile"] >= 0
 
