@@ -103,11 +103,12 @@ def build(
     dist: Path,
     jobs: int | None,
     console: Console,
+    variants: Sequence[str] = (),
 ) -> Artifact:
     """Configure and build the server, install it into dist/<id>/ (a no-op when it exists)."""
     declared = flags.tree_options(patched.path)
     defines = [
-        *flags.merge(engine.name, backend, extra, declared),
+        *flags.merge(engine.name, backend, extra, declared, variants),
         *internal_defines(engine, patched),
     ]
     flags.check_known(defines, declared)
@@ -136,6 +137,7 @@ def build(
         "source": {"origin": patched.source.origin, "detail": patched.source.origin_detail},
         "patches": [asdict(p) for p in patched.patches],
         "backend": backend,
+        "variants": list(variants),
         "defines": [asdict(d) for d in defines],
         "toolchain": {
             "cmake": tools.cmake_version,

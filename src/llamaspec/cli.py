@@ -45,6 +45,13 @@ def _build_parser(sub: argparse._SubParsersAction) -> None:
         metavar="NAME=VALUE",
         help="extra CMake define (repeatable); overrides the profile",
     )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="profile variant: fast-build (ik), portable, rpc (repeatable)",
+    )
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs")
     p.add_argument("--dist", type=Path, default=Path("dist"), help="output folder (dist/)")
     p.add_argument("--no-smoke", action="store_true", help="skip the smoke test")
@@ -87,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     dist=args.dist,
                     smoke=not args.no_smoke,
                     patch_source=args.patch_source,
+                    variants=tuple(args.variant),
                 ),
                 console,
             )

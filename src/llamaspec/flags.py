@@ -60,6 +60,38 @@ PROFILES: dict[tuple[str, str], dict[str, Flag]] = {
 }
 
 
+# Named variants, layered on the profile: (engine, variant) → {define: Flag}.
+VARIANTS: dict[tuple[str, str], dict[str, Flag]] = {
+    ("ik_llama.cpp", "fast-build"): {
+        "GGML_IQK_FA_ALL_QUANTS": Flag(
+            "OFF",
+            "compile the IQK flash-attention CPU kernels for the common K/V cache types only, "
+            "not every quant (ggml/src/iqk/fa/* take minutes each on small machines)",
+        ),
+    },
+    ("llama.cpp", "portable"): {
+        "GGML_NATIVE": Flag("OFF", "no -march=native: the binary runs on other x86 CPUs"),
+        "GGML_BACKEND_DL": Flag("ON", "backends as loadable libraries"),
+        "GGML_CPU_ALL_VARIANTS": Flag(
+            "ON", "one CPU backend per instruction set, picked at run time"
+        ),
+    },
+    ("llama.cpp", "rpc"): {"GGML_RPC": Flag("ON", "build the RPC backend and rpc-server")},
+    ("ik_llama.cpp", "rpc"): {"GGML_RPC": Flag("ON", "build the RPC backend and rpc-server")},
+}
+
+
+def variant(engine: str, name: str) -> dict[str, Flag]:
+    try:
+        return VARIANTS[(engine, name)]
+    except KeyError:
+        names = sorted(v for e, v in VARIANTS if e == engine)
+        raise LlamaspecError(
+            f"No {name!r} variant for {engine}.{did_you_mean(name, names)} "
+            f"Variants for {engine}: {', '.join(names) or '(none)'}."
+        ) from None
+
+
 def profile(engine: str, backend: str) -> dict[str, Flag]:
     try:
         return PROFILES[(engine, backend)]
@@ -91,7 +123,11 @@ def parse_define(text: str, origin: str) -> Define:
 
 
 def merge(
-    engine: str, backend: str, extras: Sequence[Define], declared: set[str] | None = None
+    engine: str,
+    backend: str,
+    extras: Sequence[Define],
+    declared: set[str] | None = None,
+    variants: Sequence[str] = (),
 ) -> list[Define]:
     """Profile defines overlaid by extras (later wins), in a stable order. Profile flags
     marked only_if_declared are dropped when `declared` (the tree's options) lacks them."""
@@ -100,6 +136,9 @@ def merge(
         for name, flag in profile(engine, backend).items()
         if not (flag.only_if_declared and declared is not None and name not in declared)
     }
+    for name in variants:
+        for define, flag in variant(engine, name).items():
+            merged[define] = Define(define, flag.value, f"variant {name}")
     for d in extras:
         merged[d.name] = d
     return list(merged.values())

@@ -31,6 +31,7 @@ class BuildSpec:
     dist: Path = field(default_factory=lambda: Path("dist"))
     smoke: bool = True
     patch_source: str | None = None
+    variants: tuple[str, ...] = ()
 
 
 def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> build_stage.Artifact:
@@ -39,6 +40,8 @@ def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> bu
     choose("backend", spec.backend, ("cpu", "cuda", "vulkan"))
     extra = [flags.parse_define(d, "--define") for d in spec.defines]
     flags.profile(engine.name, spec.backend)
+    for name in spec.variants:
+        flags.variant(engine.name, name)
     series = config.load_series(root)
     selected = patches.select(
         series, engine.name, spec.patch, spec.no_patch, spec.no_default_patches
@@ -58,7 +61,15 @@ def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> bu
         patch_source=spec.patch_source,
     )
     artifact = build_stage.build(
-        engine, patched, spec.backend, extra, tools, spec.dist, spec.jobs, console
+        engine,
+        patched,
+        spec.backend,
+        extra,
+        tools,
+        spec.dist,
+        spec.jobs,
+        console,
+        variants=spec.variants,
     )
     console.print(f"artifact: {artifact.id} → {artifact.path}")
     if spec.smoke:
