@@ -142,3 +142,14 @@ def test_profile_flags_only_where_the_tree_declares_them() -> None:
     assert "LLAMA_CURL" not in names and "LLAMA_USE_PREBUILT_UI" not in names
     assert "GGML_NATIVE" in names
     assert "LLAMA_CURL" in {d.name for d in flags.merge("llama.cpp", "cpu", [])}
+
+
+def test_variants_layer_between_profile_and_cli() -> None:
+    merged = {d.name: d for d in flags.merge("ik_llama.cpp", "cpu", [], variants=["fast-build"])}
+    assert merged["GGML_IQK_FA_ALL_QUANTS"].value == "OFF"
+    assert merged["GGML_IQK_FA_ALL_QUANTS"].origin == "variant fast-build"
+    cli = [flags.parse_define("GGML_IQK_FA_ALL_QUANTS=ON", "--define")]
+    over = {d.name: d for d in flags.merge("ik_llama.cpp", "cpu", cli, variants=["fast-build"])}
+    assert over["GGML_IQK_FA_ALL_QUANTS"].value == "ON"
+    with pytest.raises(LlamaspecError, match="No 'fast-build' variant for llama.cpp"):
+        flags.merge("llama.cpp", "cpu", [], variants=["fast-build"])
