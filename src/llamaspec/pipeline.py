@@ -80,10 +80,10 @@ def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> bu
 def run_smoke(
     artifact: build_stage.Artifact, console: Console, root: Path | None = None
 ) -> smoke.SmokeReport:
-    engines = config.load_engines(root)
-    engine = engines[choose("engine", artifact.manifest["engine"], engines)]
     model = embedded_model(console.print)
-    return smoke.smoke(artifact, engine, model, artifact.path, console)
+    return smoke.smoke(
+        artifact, dialect_for(artifact, console, root), model, artifact.path, console
+    )
 
 
 def _root() -> Path:

@@ -121,3 +121,11 @@ def _stop(proc: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def server_help(server_bin: Path) -> str:
+    """The binary's own --help: the truth about which flags it accepts."""
+    proc = subprocess.run(
+        [str(server_bin), "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    return proc.stdout + proc.stderr

@@ -22,9 +22,8 @@ from rich.table import Table
 
 from . import dialects
 from .build import Artifact
-from .config import Engine
 from .errors import LlamaspecError
-from .server import Server, running, tail
+from .server import Server, running, server_help, tail
 
 # A speculative token that differs from the reference's greedy choice counts as a near-tie
 # when the reference ranked it within this many nats of its own choice. Measured on the
@@ -357,7 +356,7 @@ def base_args(model: Path, ctx: int = 4096, slots: int = 1) -> list[str]:
 
 def smoke(
     artifact: Artifact,
-    engine: Engine,
+    dialect: str,
     model: Path,
     out_dir: Path,
     console: Console,
@@ -369,7 +368,9 @@ def smoke(
     # p_min 0: draft whatever the draft model ranks first (older servers default to 0.9,
     # which with a 270M self-draft drafts almost nothing)
     settings = dialects.SpecSettings(method="draft", draft_model=model, n_max=n_max, p_min=0.0)
-    spec = dialects.spec_args(artifact.manifest.get("dialect", engine.dialect), settings)
+    spec = dialects.spec_args(dialect, settings)
+    help_text = server_help(artifact.server)
+    dialects.check_help(spec, help_text, str(artifact.server))
     report = SmokeReport(artifact.id, "draft", spec)
     logs = out_dir / "logs"
     with running(artifact.server, base_args(model), logs / "reference.log") as ref_srv:
@@ -384,6 +385,8 @@ def smoke(
                 top = top_logprobs_at(ref_srv, p, pos)
             verdict = with_text(ref_srv, classify(r, s, top), r, s)
             report.results.append(PromptResult(p.name, r, s, verdict))
+        if "ngram-mod" in help_text:
+            report.results.append(_ngram_check(artifact, model, dialect, ref_srv, logs))
     if report.drafted == 0 and chat_stats:
         report.chat_drafted, report.chat_accepted = chat_stats
     report.wall_seconds = time.monotonic() - t0
@@ -404,6 +407,49 @@ def smoke(
             + tail(logs / "speculative.log"),
         )
     return report
+
+
+def ngram_tuning(help_text: str) -> list[str]:
+    """Shorter ngram-mod matches and drafts than the defaults (48/64 tokens draft nothing on
+    short outputs), where the binary has the knobs."""
+    if "--spec-ngram-mod-n-min" not in dialects.help_flags(help_text):
+        return []
+    return [
+        "--spec-ngram-mod-n-min",
+        "4",
+        "--spec-ngram-mod-n-max",
+        "16",
+        "--spec-ngram-mod-n-match",
+        "8",
+    ]
+
+
+REWRITE = Prompt(
+    "rewrite/ngram-mod",
+    "Copy this code exactly, then stop.\n\n```python\ndef add(a, b):\n    return a + b\n\n\n"
+    "def sub(a, b):\n    return a - b\n```\n\n```python\n",
+    48,
+)
+
+
+def _ngram_check(
+    artifact: Artifact, model: Path, dialect: str, ref_srv: Server, logs: Path
+) -> PromptResult:
+    """One prompt with a draft-free method (ngram-mod): it must not change the output."""
+    argv = dialects.spec_args(dialect, dialects.SpecSettings(method="ngram-mod"))
+    argv += ngram_tuning(server_help(artifact.server))
+    ref = complete(ref_srv, REWRITE)
+    with running(artifact.server, [*base_args(model), *argv], logs / "ngram-mod.log") as srv:
+        spec = complete(srv, REWRITE)
+    pos = divergence(ref, spec)
+    top = (
+        top_logprobs_at(ref_srv, REWRITE, pos)
+        if pos is not None and pos < len(ref.tokens)
+        else None
+    )
+    return PromptResult(
+        REWRITE.name, ref, spec, with_text(ref_srv, classify(ref, spec, top), ref, spec)
+    )
 
 
 def _openai_check(server: Server, console: Console) -> tuple[int, int] | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +23,7 @@ from rich.table import Table
 from . import dialects, smoke
 from .build import Artifact
 from .errors import LlamaspecError
-from .server import Server, running
+from .server import Server, running, server_help
 from .smoke import Completion, Prompt, Verdict
 
 PARALLEL_SLOTS = 4
@@ -133,13 +132,6 @@ class VerifyReport:
         return {**asdict(self), "passed": self.passed}
 
 
-def server_help(server_bin: Path) -> str:
-    proc = subprocess.run(
-        [str(server_bin), "--help"], capture_output=True, text=True, timeout=60, check=False
-    )
-    return proc.stdout + proc.stderr
-
-
 def determinism_args(help_text: str) -> list[str]:
     """FACTS: separate KV caches per slot, and flash attention off on CPU."""
     out = ["--no-kv-unified"] if "--no-kv-unified" in dialects.help_flags(help_text) else []
@@ -156,22 +148,11 @@ def takes_fa_value(help_text: str) -> bool:
 def methods_for(dialect: str, help_text: str, draft: Path, has_mtp: bool) -> list[Method | str]:
     """The methods this binary supports; unsupported ones come back as a reason string."""
     out: list[Method | str] = [Method("draft", dialects.SpecSettings("draft", draft, n_max=8))]
-    flags = dialects.help_flags(help_text)
     for name in ("ngram-simple", "ngram-map-k", "ngram-mod"):
         if name not in help_text:
             out.append(f"{name}: not in this binary's --spec-type list")
             continue
-        tuning: tuple[str, ...] = ()
-        if name == "ngram-mod" and "--spec-ngram-mod-n-min" in flags:
-            # defaults (48/64 tokens) draft nothing on short outputs; shorter drafts do
-            tuning = (
-                "--spec-ngram-mod-n-min",
-                "4",
-                "--spec-ngram-mod-n-max",
-                "16",
-                "--spec-ngram-mod-n-match",
-                "8",
-            )
+        tuning = tuple(smoke.ngram_tuning(help_text)) if name == "ngram-mod" else ()
         out.append(Method(name, dialects.SpecSettings(name), tuning))  # type: ignore[arg-type]
     if has_mtp:
         out.append(Method("mtp", dialects.SpecSettings("mtp", n_max=1)))
