@@ -19,9 +19,12 @@ def test_build_smoke_passes_with_drafts_accepted(upstream_build) -> None:
     assert "equivalence: code:" in output and "equivalence: prose:" in output
     report = json.loads((artifact.path / "smoke.json").read_text())
     assert report["passed"] and report["accepted"] > 0 and report["drafted"] >= report["accepted"]
-    for result in report["results"]:
-        assert result["verdict"]["kind"] in ("identical", "near-tie")
-        assert result["speculative"]["draft_n"] > 0
+    by_prompt = {r["prompt"]: r for r in report["results"]}
+    assert set(by_prompt) == {"code", "prose", "rewrite/ngram-mod"}
+    for name, result in by_prompt.items():
+        assert result["verdict"]["kind"] in ("identical", "near-tie"), name
+    assert by_prompt["code"]["speculative"]["draft_n"] > 0
+    assert by_prompt["prose"]["speculative"]["draft_n"] > 0
 
 
 def test_manifest_records_inputs_and_binary(upstream_artifact) -> None:
