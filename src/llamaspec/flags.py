@@ -81,26 +81,25 @@ VARIANTS: dict[tuple[str, str], dict[str, Flag]] = {
 }
 
 
-def variant(engine: str, name: str) -> dict[str, Flag]:
+def _lookup(
+    table: dict[tuple[str, str], dict[str, Flag]], engine: str, key: str, kind: str
+) -> dict[str, Flag]:
     try:
-        return VARIANTS[(engine, name)]
+        return table[(engine, key)]
     except KeyError:
-        names = sorted(v for e, v in VARIANTS if e == engine)
+        known = sorted(k for e, k in table if e == engine)
         raise LlamaspecError(
-            f"No {name!r} variant for {engine}.{did_you_mean(name, names)} "
-            f"Variants for {engine}: {', '.join(names) or '(none)'}."
+            f"No {key!r} {kind} for {engine}.{did_you_mean(key, known)} "
+            f"{kind.capitalize()}s for {engine}: {', '.join(known) or '(none)'}."
         ) from None
+
+
+def variant(engine: str, name: str) -> dict[str, Flag]:
+    return _lookup(VARIANTS, engine, name, "variant")
 
 
 def profile(engine: str, backend: str) -> dict[str, Flag]:
-    try:
-        return PROFILES[(engine, backend)]
-    except KeyError:
-        backends = sorted(b for e, b in PROFILES if e == engine)
-        raise LlamaspecError(
-            f"No {backend!r} build profile for {engine}.{did_you_mean(backend, backends)} "
-            f"Profiles for {engine}: {', '.join(backends) or '(none)'}."
-        ) from None
+    return _lookup(PROFILES, engine, backend, "build profile")
 
 
 def parse_define(text: str, origin: str) -> Define:
