@@ -33,6 +33,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=[],
         help="embedded Gemma pair (default) and/or the random hybrid qwen35 model",
     )
+    v.add_argument(
+        "--mode",
+        action="append",
+        default=[],
+        choices=["sequential", "parallel"],
+        help="only these request modes (default: both)",
+    )
     v.add_argument("--reports", type=Path, default=Path("reports"))
     b = sub.add_parser("bench", help="speedup benchmark with and without speculation")
     b.add_argument(
@@ -82,6 +89,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
                 methods=methods,
                 tag=which,
                 draft=draft,
+                modes=args.mode,
             )
             if not report.passed:
                 failed.append(which)

@@ -240,6 +240,7 @@ def verify(
     has_mtp: bool = False,
     tag: str = "embedded",
     draft: Path | None = None,
+    modes: Sequence[str] = (),
 ) -> VerifyReport:
     """Run the suite; write verify-<artifact>.json/.md into `out_dir`; return the report."""
     t0 = time.monotonic()
@@ -280,6 +281,8 @@ def verify(
             res = MethodResult(m.name, argv)
             with running(artifact.server, [*base, *argv], logs / f"{m.name}.log") as srv:
                 for mode, parallel in (("sequential", False), ("parallel", True)):
+                    if modes and mode not in modes:
+                        continue
                     console.print(f"verify: {m.name}: {mode}")
                     for p, r, s in zip(prompts, refs, _run(srv, prompts, parallel), strict=True):
                         v = _probe(ref, p, r, s, env.threshold)

@@ -41,8 +41,13 @@ def test_ik_dialect_matches_its_help(ik_build) -> None:
 
 def test_ik_verify_draft_method(ik_build, tmp_path) -> None:
     artifact, _ = ik_build
-    proc = verify_cli(artifact, tmp_path, "--method", "draft")
+    # Sequential only: with four parallel slots ik at this pin has produced a hard
+    # divergence on the code prompt (speculative `#include <stdio.h>` where the reference
+    # chose `<algorithm>`, a token outside its top-10), depending on how requests batch;
+    # `nox -s verify` reports it, this test pins down the deterministic part.
+    proc = verify_cli(artifact, tmp_path, "--method", "draft", "--mode", "sequential")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / f"verify-{artifact.id}-embedded.json").read_text())
     (draft,) = report["methods"]
     assert draft["accepted"] > 0 and draft["hard"] == 0
+    assert draft["identical"] + draft["near_tie"] + draft["short"] == 5
