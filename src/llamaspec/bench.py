@@ -68,14 +68,20 @@ def _drafts_counter(server: Server) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def _sample(server: Server, prompt: Prompt) -> Sample:
+def _measure(server: Server, prompt: Prompt) -> tuple[Sample, str]:
+    """One request: its sample (drafts counted from /metrics) and the generated text."""
     before = _drafts_counter(server)
     c = smoke.complete(server, prompt)
     after = _drafts_counter(server)
     drafts = int(after - before) if before is not None and after is not None else 0
-    return Sample(
+    sample = Sample(
         c.predicted_per_second, len(c.tokens), c.draft_n or 0, c.draft_accepted or 0, drafts
     )
+    return sample, c.text
+
+
+def _sample(server: Server, prompt: Prompt) -> Sample:
+    return _measure(server, prompt)[0]
 
 
 def conversation(server: Server, turns: Sequence[str], n_predict: int) -> list[Sample]:
@@ -83,16 +89,9 @@ def conversation(server: Server, turns: Sequence[str], n_predict: int) -> list[S
     history, samples = "", []
     for turn in turns:
         prompt = Prompt("turn", f"{history}User: {turn}\nAssistant:", n_predict)
-        before = _drafts_counter(server)
-        c = smoke.complete(server, prompt)
-        after = _drafts_counter(server)
-        drafts = int(after - before) if before is not None and after is not None else 0
-        samples.append(
-            Sample(
-                c.predicted_per_second, len(c.tokens), c.draft_n or 0, c.draft_accepted or 0, drafts
-            )
-        )
-        history = f"{prompt.text}{c.text}\n"
+        sample, text = _measure(server, prompt)
+        samples.append(sample)
+        history = f"{prompt.text}{text}\n"
     return samples
 
 
@@ -142,7 +141,7 @@ def bench(
     """Run every workload `repetitions` times with and without speculation; write reports."""
     spec_argv = dialects.spec_args(dialect, settings)
     base = [*smoke.base_args(target), "--metrics"]
-    workloads = [w for w in ("code-rewrite", "prose", "conversation")]
+    workloads = ("code-rewrite", "prose", "conversation")
     results = {w: WorkloadResult(w) for w in workloads}
     steps = 2 * repetitions * len(workloads) + 1
     with Progress(console=console, transient=True) as bar:

@@ -10,8 +10,10 @@ from rich.console import Console
 from . import build as build_stage
 from . import config, flags, patches, smoke, sources, toolchain
 from . import lock as lockfile
+from .dialects import probe_dialect
 from .embedded import embedded_model
 from .errors import choose
+from .server import server_help
 
 
 @dataclass(frozen=True)
@@ -108,14 +110,7 @@ def dialect_for(artifact: build_stage.Artifact, console: Console, root: Path | N
     engine = engines[choose("engine", artifact.manifest["engine"], engines)]
     if artifact.manifest.get("commit") == engine.pin:
         return engine.dialect
-    import subprocess
-
-    from .dialects import probe_dialect
-
-    help_text = subprocess.run(
-        [str(artifact.server), "--help"], capture_output=True, text=True, check=False, timeout=60
-    )
-    dialect = probe_dialect(engine.name, help_text.stdout + help_text.stderr)
+    dialect = probe_dialect(engine.name, server_help(artifact.server))
     console.print(
         f"dialect: {engine.name}@{(artifact.manifest.get('commit') or 'local')[:12]} is not the "
         f"default pin; its --help speaks the {dialect!r} dialect"

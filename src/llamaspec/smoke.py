@@ -386,7 +386,7 @@ def smoke(
             verdict = with_text(ref_srv, classify(r, s, top), r, s)
             report.results.append(PromptResult(p.name, r, s, verdict))
         if "ngram-mod" in help_text:
-            report.results.append(_ngram_check(artifact, model, dialect, ref_srv, logs))
+            report.results.append(_ngram_check(artifact, model, dialect, help_text, ref_srv, logs))
     if report.drafted == 0 and chat_stats:
         report.chat_drafted, report.chat_accepted = chat_stats
     report.wall_seconds = time.monotonic() - t0
@@ -433,11 +433,11 @@ REWRITE = Prompt(
 
 
 def _ngram_check(
-    artifact: Artifact, model: Path, dialect: str, ref_srv: Server, logs: Path
+    artifact: Artifact, model: Path, dialect: str, help_text: str, ref_srv: Server, logs: Path
 ) -> PromptResult:
     """One prompt with a draft-free method (ngram-mod): it must not change the output."""
     argv = dialects.spec_args(dialect, dialects.SpecSettings(method="ngram-mod"))
-    argv += ngram_tuning(server_help(artifact.server))
+    argv += ngram_tuning(help_text)
     ref = complete(ref_srv, REWRITE)
     with running(artifact.server, [*base_args(model), *argv], logs / "ngram-mod.log") as srv:
         spec = complete(srv, REWRITE)

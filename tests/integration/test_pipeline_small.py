@@ -39,20 +39,25 @@ def tiny_tree(path: Path, server: str = SERVER) -> str:
     return run_git(path, "rev-parse", "HEAD")
 
 
-def test_local_tree_builds_installs_and_stamps_its_commit(tmp_path: Path) -> None:
-    commit = tiny_tree(tmp_path / "src")
-    dist = tmp_path / "dist"
-    args = (
+def build_args(src: Path, dist: Path) -> tuple[str, ...]:
+    """Build a local tree, no smoke (no model), no catalog patches (not an engine pin)."""
+    return (
         "build",
         "--source",
         "local",
         "--source-dir",
-        str(tmp_path / "src"),
+        str(src),
         "--dist",
         str(dist),
         "--no-smoke",
         "--no-default-patches",
     )
+
+
+def test_local_tree_builds_installs_and_stamps_its_commit(tmp_path: Path) -> None:
+    commit = tiny_tree(tmp_path / "src")
+    dist = tmp_path / "dist"
+    args = build_args(tmp_path / "src", dist)
     proc = llamaspec(*args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (art,) = [p for p in dist.iterdir() if p.is_dir()]
@@ -66,17 +71,7 @@ def test_local_tree_builds_installs_and_stamps_its_commit(tmp_path: Path) -> Non
 
 def test_compile_error_shows_the_first_error_only(tmp_path: Path) -> None:
     tiny_tree(tmp_path / "src", server="int main() { undeclared_thing(); }\n" + "\n" * 50)
-    proc = llamaspec(
-        "build",
-        "--source",
-        "local",
-        "--source-dir",
-        str(tmp_path / "src"),
-        "--dist",
-        str(tmp_path / "dist"),
-        "--no-smoke",
-        "--no-default-patches",
-    )
+    proc = llamaspec(*build_args(tmp_path / "src", tmp_path / "dist"))
     assert proc.returncode == 2
     assert "The build of llama-server failed" in proc.stderr
     assert "undeclared_thing" in proc.stderr and "was not declared" in proc.stderr
