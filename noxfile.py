@@ -80,3 +80,24 @@ def bench_build(session: nox.Session) -> None:
     """Cold build time, llamaspec vs plain cmake, same tree and flags → reports/."""
     _install(session)
     session.run("llamaspec", "bench-build", *session.posargs)
+
+
+@nox.session(name="docker-build")
+def docker_build(session: nox.Session) -> None:
+    """Build an image: `nox -s docker-build -- --engine E --backend B` (buildx, else buildah)."""
+    _install(session)
+    session.run("llamaspec", "docker", "build", *session.posargs)
+
+
+@nox.session(name="docker-pull")
+def docker_pull(session: nox.Session) -> None:
+    """Pull the image for this host (cuda / vulkan / cpu), check labels, print how to run it."""
+    _install(session)
+    session.run("llamaspec", "docker", "pull", *session.posargs)
+
+
+@nox.session(name="docker-smoke")
+def docker_smoke(session: nox.Session) -> None:
+    """Smoke-test an image: `nox -s docker-smoke -- IMAGE` (speculation on, outputs identical)."""
+    _install(session, "embedded")
+    session.run("llamaspec", "docker", "smoke", *session.posargs)

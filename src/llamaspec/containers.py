@@ -201,9 +201,21 @@ def build_command(
     return cmd
 
 
+def host_ccache_dir() -> Path | None:
+    """The host's ccache directory (where its builds left their objects), if ccache is here."""
+    ccache = shutil.which("ccache")
+    if not ccache:
+        return None
+    proc = _run([ccache, "--get-config", "cache_dir"])
+    return Path(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else None
+
+
 def _volumes(ccache: Path | None) -> list[tuple[Path, str]]:
-    """Host caches mounted into buildah's build stage: the sdist downloads and ccache."""
+    """Host caches mounted into buildah's build stage: the sdist downloads and ccache (the
+    build stage builds under the same paths as a root user's local build, so the host's
+    objects are hits)."""
     out = []
+    ccache = ccache or host_ccache_dir()
     downloads = cache_dir() / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     out.append((downloads, "/root/.cache/llamaspec/downloads"))
@@ -334,18 +346,23 @@ def container(tool: Tool, ref: str) -> Iterator[str]:
 
 
 def exec_argv(
-    tool: Tool, ctr: str, argv: Sequence[str], mounts: Sequence[tuple[Path, str]] = ()
+    tool: Tool,
+    ctr: str,
+    argv: Sequence[str],
+    mounts: Sequence[tuple[Path, str]] = (),
+    env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The command line that runs `argv` inside the image (host network, loopback shared)."""
     if tool.name == "docker":
         cmd = [tool.path, "run", "--rm", "-i", "--network", "host", "--entrypoint", argv[0]]
-        for host, inside in mounts:
-            cmd += ["-v", f"{host}:{inside}:ro"]
-        return [*cmd, ctr, *argv[1:]]
-    cmd = [tool.path, "run", "--isolation", "chroot"]
+        argv = argv[1:]
+    else:
+        cmd = [tool.path, "run", "--isolation", "chroot"]
     for host, inside in mounts:
         cmd += ["-v", f"{host}:{inside}:ro"]
-    return [*cmd, ctr, "--", *argv]
+    for key, value in (env or {}).items():
+        cmd += ["-e", f"{key}={value}"] if tool.name == "docker" else ["--env", f"{key}={value}"]
+    return [*cmd, ctr, *argv] if tool.name == "docker" else [*cmd, ctr, "--", *argv]
 
 
 def read_image_file(tool: Tool, ctr: str, path: str) -> str:
@@ -355,11 +372,13 @@ def read_image_file(tool: Tool, ctr: str, path: str) -> str:
     return proc.stdout
 
 
-def server_shim(tool: Tool, ctr: str, model_dir: Path, where: Path) -> Path:
+def server_shim(
+    tool: Tool, ctr: str, model_dir: Path, where: Path, env: Mapping[str, str] | None = None
+) -> Path:
     """An executable `bin/llama-server` that runs the image's server with the models mounted
     at /models, so the smoke code drives the image exactly as it drives a local build."""
     argv = exec_argv(
-        tool, ctr, ["/opt/llamaspec/bin/llama-server"], [(model_dir, CONTAINER_MODELS)]
+        tool, ctr, ["/opt/llamaspec/bin/llama-server"], [(model_dir, CONTAINER_MODELS)], env
     )
     shim = where / "bin" / "llama-server"
     shim.parent.mkdir(parents=True, exist_ok=True)
@@ -387,7 +406,9 @@ def smoke_image(tool: Tool, ref: str, reports: Path, console: Console, root: Pat
             raise LlamaspecError(
                 f"{ref}: labels {', '.join(wrong)} do not match the manifest inside the image."
             )
-        server = server_shim(tool, ctr, model.parent, Path(tmp))
+        # without a GPU, ggml-vulkan uses a CPU device (lavapipe) only when asked to
+        env = {"GGML_VK_VISIBLE_DEVICES": "0"} if manifest["backend"] == "vulkan" else None
+        server = server_shim(tool, ctr, model.parent, Path(tmp), env)
         artifact = Artifact(manifest["artifact_id"], server.parent.parent, manifest, True)
         out = reports / f"docker-smoke-{manifest['artifact_id']}"
         inside_model = Path(CONTAINER_MODELS) / model.name

@@ -1,0 +1,105 @@
+"""The CPU image for upstream, built for real with buildah from docker/Dockerfile.cpu.
+
+No registry is reachable: the Debian base is made with debootstrap and imported under the
+Dockerfile's default base name. The image must carry the same artifact (id, manifest,
+binary) as the local build of the same inputs, pass the smoke test from inside the image
+and stay within the size budget.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from llamaspec import containers, images
+
+from helpers import llamaspec
+
+pytestmark = pytest.mark.integration
+BUILDAH = containers.Tool("buildah", "buildah")
+# Differ between any two builds: when and how long.
+VOLATILE = {"built_at", "build_seconds"}
+
+
+@pytest.fixture(scope="module")
+def cpu_image(upstream_artifact, tmp_path_factory) -> dict:
+    """Build the image after the local build (whose ccache objects it reuses)."""
+    base = images.BASES["cpu"][0]
+    if not containers.image_exists(BUILDAH, base):
+        containers.make_base_image("bookworm", base, Console())
+    out = tmp_path_factory.mktemp("image") / "build.json"
+    proc = llamaspec(
+        "docker", "build", "--tool", "buildah", "--engine", "llama.cpp", "--backend", "cpu",
+        "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads(out.read_text())
+    print(f"image build: {record['seconds']}")
+    return record
+
+
+def _config(ref: str) -> dict:
+    proc = subprocess.run(
+        ["buildah", "inspect", "--type", "image", ref], capture_output=True, text=True, check=True
+    )
+    return json.loads(proc.stdout)["Docker"]["config"]
+
+
+def test_image_carries_the_local_build(cpu_image, upstream_artifact) -> None:
+    local = upstream_artifact.manifest
+    ref = cpu_image["tags"][0]
+    assert cpu_image["artifact_id"] == upstream_artifact.id
+    with containers.container(BUILDAH, ref) as ctr:
+        inside = json.loads(
+            containers.read_image_file(BUILDAH, ctr, "/opt/llamaspec/manifest.json")
+        )
+    differ = sorted(k for k in local.keys() | inside.keys() if local.get(k) != inside.get(k))
+    assert set(differ) <= VOLATILE, {k: (local.get(k), inside.get(k)) for k in differ}
+    labels = containers.inspect_labels(BUILDAH, ref)
+    for key, value in images.image_labels(local, "", "").items():
+        if key.startswith(images.LABEL_PREFIX):
+            assert labels[key] == value
+    assert labels["org.opencontainers.image.revision"]
+
+
+def test_tags_name_engine_commit_and_artifact(cpu_image, upstream_artifact) -> None:
+    digest = upstream_artifact.id.rsplit("-", 1)[1]
+    assert cpu_image["tags"] == [
+        f"localhost/llamaspec:llama.cpp-cpu-0c1e570-{digest}",
+        "localhost/llamaspec:llama.cpp-cpu",
+    ]
+
+
+def test_runtime_config(cpu_image) -> None:
+    config = _config(cpu_image["tags"][0])
+    assert config["User"] == "llama"
+    assert "8080/tcp" in config["ExposedPorts"]
+    assert config["Entrypoint"] == ["/opt/llamaspec/bin/entrypoint.sh"]
+    assert config["Healthcheck"]["Test"] == ["CMD", "/opt/llamaspec/bin/healthcheck.sh"]
+    assert "LLAMASPEC_HOST=0.0.0.0" in config["Env"] and "LLAMASPEC_PORT=8080" in config["Env"]
+
+
+def test_smoke_from_inside_the_image(cpu_image, tmp_path: Path) -> None:
+    proc = llamaspec(
+        "docker", "smoke", "--tool", "buildah", "--reports", str(tmp_path), cpu_image["tags"][0]
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "smoke: PASSED" in output and "HEALTHCHECK ok" in output
+    report = json.loads(next(tmp_path.glob("docker-smoke-*/smoke.json")).read_text())
+    assert report["passed"] and report["accepted"] > 0
+    for result in report["results"]:
+        assert result["verdict"]["kind"] in ("identical", "near-tie"), result["prompt"]
+
+
+def test_size_budget(cpu_image, tmp_path: Path) -> None:
+    proc = llamaspec("docker", "size", "--reports", str(tmp_path), cpu_image["tags"][0])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(next(tmp_path.glob("docker-size-*.json")).read_text())
+    print(f"image size: {report['added_mb']} MB over {report['base']}")
+    assert report["within_budget"], report
+    assert "libgomp.so.1" in report["system_libraries"]
