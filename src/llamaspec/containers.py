@@ -310,23 +310,20 @@ def build_image(
 # --- inspecting and running ------------------------------------------------------------------
 
 
-def inspect_labels(tool: Tool, ref: str) -> dict[str, str]:
+def inspect_image(tool: Tool, ref: str) -> dict:
+    """The image's config (Labels, User, Env, Healthcheck, …) as Docker's JSON spells it."""
     if tool.name == "docker":
-        cmd = [tool.path, "image", "inspect", "--format", "{{json .Config.Labels}}", ref]
+        proc = _run([tool.path, "image", "inspect", ref])
     else:
-        cmd = [
-            tool.path,
-            "inspect",
-            "--type",
-            "image",
-            "--format",
-            "{{json .Docker.Config.Labels}}",
-            ref,
-        ]
-    proc = _run(cmd)
+        proc = _run([tool.path, "inspect", "--type", "image", ref])
     if proc.returncode != 0:
         raise LlamaspecError(f"Cannot inspect {ref}: {proc.stderr.strip()}")
-    return json.loads(proc.stdout.strip() or "{}") or {}
+    data = json.loads(proc.stdout)
+    return (data[0]["Config"] if tool.name == "docker" else data["Docker"]["config"]) or {}
+
+
+def inspect_labels(tool: Tool, ref: str) -> dict[str, str]:
+    return inspect_image(tool, ref).get("Labels") or {}
 
 
 @contextlib.contextmanager
@@ -621,16 +618,37 @@ def write_bake(engines: Mapping[str, Engine], *, check: bool, console: Console) 
     return path
 
 
-def image_size(tool: Tool, ref: str) -> int:
-    """Uncompressed size of an image in local storage, bytes."""
+def added_bytes(tool: Tool, ref: str, base: str) -> tuple[int, int]:
+    """(bytes of the layers `ref` adds over `base`, bytes of `base`), uncompressed."""
     if tool.name == "docker":
-        out = _run([tool.path, "image", "inspect", "--format", "{{.Size}}", ref]).stdout
-        return int(out.strip())
-    proc = _run([tool.path, "images", "--json", ref])
-    rows = json.loads(proc.stdout or "[]")
-    if not rows:
-        raise LlamaspecError(f"{ref} is not in local storage.")
-    return int(rows[0]["size"])
+
+        def size(r: str) -> int:
+            return int(_run([tool.path, "image", "inspect", "--format", "{{.Size}}", r]).stdout)
+
+        return size(ref) - size(base), size(base)
+    store = json.loads(_run([tool.path, "info"]).stdout)["store"]
+    root, driver = Path(store["GraphRoot"]), store["GraphDriverName"]
+    layers = {
+        la["id"]: la for la in json.loads((root / f"{driver}-layers/layers.json").read_text())
+    }
+    tops = {
+        im["id"]: im.get("layer")
+        for im in json.loads((root / f"{driver}-images/images.json").read_text())
+    }
+
+    def chain(r: str) -> list[str]:
+        proc = _run([tool.path, "inspect", "--type", "image", r])
+        if proc.returncode != 0:
+            raise LlamaspecError(f"{r} is not in local storage.")
+        out, layer = [], tops.get(json.loads(proc.stdout)["FromImageID"])
+        while layer:
+            out.append(layer)
+            layer = layers[layer].get("parent")
+        return out
+
+    base_layers = set(chain(base))
+    added = sum(layers[la].get("diff-size", 0) for la in chain(ref) if la not in base_layers)
+    return added, sum(layers[la].get("diff-size", 0) for la in base_layers)
 
 
 def size_report(
@@ -642,8 +660,8 @@ def size_report(
         manifest = json.loads(read_image_file(tool, ctr, "/opt/llamaspec/manifest.json"))
         du = _run(exec_argv(tool, ctr, ["du", "-sb", "/opt/llamaspec"])).stdout.split()
         libs = read_image_file(tool, ctr, "/opt/llamaspec/runtime-libs.txt").split()
-    total, base_size = image_size(tool, ref), image_size(tool, base)
-    added = total - base_size
+    added, base_size = added_bytes(tool, ref, base)
+    total = added + base_size
     report = {
         "image": ref,
         "base": base,

@@ -9,7 +9,6 @@ and stay within the size budget.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -42,13 +41,6 @@ def cpu_image(upstream_artifact, tmp_path_factory) -> dict:
     return record
 
 
-def _config(ref: str) -> dict:
-    proc = subprocess.run(
-        ["buildah", "inspect", "--type", "image", ref], capture_output=True, text=True, check=True
-    )
-    return json.loads(proc.stdout)["Docker"]["config"]
-
-
 def test_image_carries_the_local_build(cpu_image, upstream_artifact) -> None:
     local = upstream_artifact.manifest
     ref = cpu_image["tags"][0]
@@ -75,7 +67,7 @@ def test_tags_name_engine_commit_and_artifact(cpu_image, upstream_artifact) -> N
 
 
 def test_runtime_config(cpu_image) -> None:
-    config = _config(cpu_image["tags"][0])
+    config = containers.inspect_image(BUILDAH, cpu_image["tags"][0])
     assert config["User"] == "llama"
     assert "8080/tcp" in config["ExposedPorts"]
     assert config["Entrypoint"] == ["/opt/llamaspec/bin/entrypoint.sh"]
