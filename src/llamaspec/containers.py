@@ -170,6 +170,7 @@ def build_command(
     pull_never: bool = False,
     push: bool = False,
     cache: str | None = None,
+    ca_bundle: Path | None = None,
 ) -> list[str]:
     """The build command line for one target (what the publishing workflow runs, too)."""
     if tool.name == "docker":
@@ -188,6 +189,8 @@ def build_command(
             cmd.append("--pull=never")
         for host, inside in volumes:
             cmd += ["--volume", f"{host}:{inside}"]
+    if ca_bundle is not None:
+        cmd += ["--secret", f"id=ca,src={ca_bundle}"]
     cmd += ["-f", str(dockerfile), "--target", target]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
@@ -223,6 +226,16 @@ def _volumes(ccache: Path | None) -> list[tuple[Path, str]]:
         ccache.mkdir(parents=True, exist_ok=True)
         out.append((ccache, "/root/.cache/ccache"))
     return out
+
+
+def ca_bundle() -> Path | None:
+    """A CA bundle the host's Python tools are told to use (a TLS-inspecting proxy's CA is
+    in it), passed to the build stage as the `ca` secret: never stored in a layer."""
+    for var in ("LLAMASPEC_CA_BUNDLE", "PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
+        if (value := os.environ.get(var)) and Path(value).is_file():
+            return Path(value)
+    system = Path("/etc/ssl/certs/ca-certificates.crt")  # Debian/Ubuntu: what the host trusts
+    return system if system.is_file() else None
 
 
 def image_exists(tool: Tool, ref: str) -> bool:
@@ -270,7 +283,12 @@ def build_image(
     cache = os.environ.get("LLAMASPEC_BUILDX_CACHE")
     logs = logs or cache_dir() / "docker-logs"
     logs.mkdir(parents=True, exist_ok=True)
-    common = {"volumes": volumes, "pull_never": pull_never, "cache": cache}
+    common = {
+        "volumes": volumes,
+        "pull_never": pull_never,
+        "cache": cache,
+        "ca_bundle": ca_bundle(),
+    }
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="llamaspec-manifest-") as tmp:
         cmd = build_command(tool, dockerfile, root, "manifest", args, output=Path(tmp), **common)
