@@ -23,8 +23,9 @@ from .pipeline import BuildSpec, run_build
 # Provided by every base image (glibc and the C++ runtime), or by the backend's base
 # image and the host's driver (CUDA, Vulkan loader): never copied into the image.
 BASE_LIBS = re.compile(
-    r"^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+"
-    r"|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnvidia-|libnvrtc|libvulkan)\b"
+    r"^(linux-vdso|ld-linux(-[\w-]+)?|libc|libm|libdl|libpthread|librt|libresolv|libutil"
+    r"|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnvrtc|libvulkan)\.so"
+    r"|^libnvidia-"
 )
 _LDD = re.compile(r"^\s*(\S+)\s+=>\s+(\S+)\s+\(0x[0-9a-f]+\)")
 
