@@ -63,6 +63,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sz.add_argument("image")
     sz.add_argument("--base", default=images.BASES["cpu"][0])
     sz.add_argument("--reports", type=Path, default=Path("reports"))
+    sz.add_argument("--record", type=Path, help="JSON from `docker build --out` (build times)")
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
@@ -123,5 +124,6 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     elif cmd == "base":
         containers.make_base_image(args.suite, args.tag, console)
     elif cmd == "size":
-        containers.size_report(args.image, args.base, args.reports, console)
+        record = json.loads(args.record.read_text()) if args.record else None
+        containers.size_report(args.image, args.base, args.reports, console, record=record)
     return True

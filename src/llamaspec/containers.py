@@ -670,7 +670,12 @@ def added_bytes(tool: Tool, ref: str, base: str) -> tuple[int, int]:
 
 
 def size_report(
-    ref: str, base: str, reports: Path, console: Console, tool: Tool | None = None
+    ref: str,
+    base: str,
+    reports: Path,
+    console: Console,
+    tool: Tool | None = None,
+    record: Mapping | None = None,
 ) -> dict:
     """reports/docker-size-<tag>.{json,md}: image size and the bytes it adds over its base."""
     tool = tool or detect()
@@ -694,6 +699,7 @@ def size_report(
         "budget_mb": 60 if manifest["backend"] == "cpu" else None,
         "within_budget": added <= 60e6 if manifest["backend"] == "cpu" else None,
         "measured_with": tool.name,
+        "build_seconds": dict(record["seconds"]) if record else None,
     }
     reports.mkdir(parents=True, exist_ok=True)
     stem = reports / f"docker-size-{manifest['artifact_id']}"
@@ -712,6 +718,11 @@ def size_report(
         "",
         f"System libraries copied from the build image: {', '.join(libs) or 'none'}.",
     ]
+    if record:
+        md.append(
+            f"Build ({record['tool']}): build stage {record['seconds']['build_stage']} s, "
+            f"runtime stage {record['seconds']['runtime_stage']} s."
+        )
     if report["budget_mb"]:
         md.append(
             f"Budget for the CPU image: ≤ 60 MB added — "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -245,3 +246,29 @@ def test_unreachable_registry_suggests_docker_build(tmp_path: Path) -> None:
     )  # fmt: skip
     assert "Cannot reach the registry 127.0.0.1:9" in text
     assert "nox -s docker-build -- --engine llama.cpp --backend cpu" in text
+
+
+def _stages(dockerfile: Path) -> dict[str, str]:
+    """Stage name → its text (from its FROM line to the next FROM)."""
+    text = dockerfile.read_text()
+    parts = re.split(r"(?m)^FROM ", text)[1:]
+    return {p.split("\n", 1)[0].split(" AS ")[-1].strip(): p for p in parts}
+
+
+@pytest.mark.parametrize("backend", images.BACKENDS)
+def test_runtime_stage_ships_only_the_staged_tree(backend: str) -> None:
+    """No compiler, no headers, no devel image: the runtime stage copies /opt/llamaspec from
+    the build stage and its base is the runtime base (for CUDA, NVIDIA's *runtime* image)."""
+    dockerfile = ROOT / "docker" / f"Dockerfile.{backend}"
+    stages = _stages(dockerfile)
+    assert list(stages) == ["build", "manifest", "runtime"]
+    runtime = stages["runtime"]
+    assert runtime.startswith("${BASE_IMAGE} AS runtime")
+    assert re.findall(r"COPY --from=(\S+) (\S+)", runtime) == [("build", "/opt/llamaspec")]
+    for devel in ("g++", "cmake", "ninja", "-dev ", "nvcc", "cuda-toolkit", "python3"):
+        assert devel not in runtime, devel
+    default_base = re.search(r"ARG BASE_IMAGE=(\S+)", dockerfile.read_text()).group(1)
+    assert default_base == images.BASES[backend][0]
+    if backend == "cuda":
+        assert "-runtime-" in default_base and "-devel-" in images.BASES["cuda"][1]
+    assert "USER llama" in runtime and "EXPOSE 8080" in runtime and "HEALTHCHECK" in runtime
