@@ -15,6 +15,7 @@ import pytest
 from rich.console import Console
 
 from llamaspec import containers, images
+from llamaspec.errors import LlamaspecError
 
 from helpers import llamaspec
 
@@ -95,3 +96,14 @@ def test_size_budget(cpu_image, tmp_path: Path) -> None:
     print(f"image size: {report['added_mb']} MB over {report['base']}")
     assert report["within_budget"], report
     assert "libgomp.so.1" in report["system_libraries"]
+
+
+def test_labels_refuse_another_engine_or_pin(cpu_image) -> None:
+    """What `docker pull` does with a pulled image whose labels are not what was asked."""
+    ref = cpu_image["tags"][1]
+    labels = containers.inspect_labels(BUILDAH, ref)
+    images.check_labels(labels, ref, "llama.cpp", "cpu", "0c1e57098bba43ac29e6e3b677cdceebdd22334f")
+    with pytest.raises(LlamaspecError, match="engine is 'llama.cpp', not 'ik_llama.cpp'"):
+        images.check_labels(labels, ref, "ik_llama.cpp", "cpu", None)
+    with pytest.raises(LlamaspecError, match="engine-commit is '0c1e5709"):
+        images.check_labels(labels, ref, "llama.cpp", "cpu", "f" * 40)
