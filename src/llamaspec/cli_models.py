@@ -10,7 +10,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from . import compat, config, hub, models, recipes
+from . import compat, config, models, recipes
+from . import lock as lockfile
 from .build import Artifact, load_artifact
 from .errors import LlamaspecError, choose
 from .paths import project_root
@@ -91,7 +92,9 @@ def _models(args: argparse.Namespace, console: Console) -> None:
         return
     # check
     if args.pair:
-        verdict = models.check_pair(catalog, args.pair, console, args.target_file, args.draft_file)
+        verdict = models.check_pair(
+            catalog, args.pair, root, console, args.target_file, args.draft_file
+        )
         if verdict is None:
             pair = catalog.pairs[args.pair]
             console.print(f"{args.pair}: spec {pair.spec!r} uses no draft model; nothing to check")
@@ -124,8 +127,9 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
         return
     recipe = all_recipes[choose("recipe", args.recipe, all_recipes)]
     pair = catalog.pairs[recipe.pair]
-    target = _model_path(catalog.models[pair.target], pair.target)
-    draft = _model_path(catalog.models[pair.draft], pair.draft) if pair.draft else None
+    locked = lockfile.load(root)["models"]
+    target = _model_path(catalog.models[pair.target], locked.get(pair.target))
+    draft = _model_path(catalog.models[pair.draft], locked.get(pair.draft)) if pair.draft else None
     cmd, _ = _command(args, recipe, target, draft, console)
     if args.format == "argv":
         print(json.dumps(list(cmd.argv)))
@@ -144,12 +148,8 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
         )
 
 
-def _model_path(model: config.ModelFile, handle: str) -> Path | str:
-    if model.source == "embedded":
-        from .embedded import embedded_model
-
-        return embedded_model()
-    return hub.cached_path(model, model.parts[0]) or f"hf://{model.repo}/{model.file}"
+def _model_path(model: config.ModelFile, locked: dict | None) -> Path | str:
+    return models.local_path(model, locked) or f"hf://{model.repo}/{model.file}"
 
 
 def _command(

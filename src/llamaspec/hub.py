@@ -1,25 +1,31 @@
 """Model files from Hugging Face: metadata, header range reads, verified downloads.
 
-Downloads go through `huggingface_hub` into the standard HF cache (shared with other tools;
-`HF_HOME`/`HF_HUB_CACHE` and `HF_ENDPOINT` apply, `HF_TOKEN` is honoured for gated repos).
-It resumes interrupted transfers and shows progress; llamaspec adds the free-disk check,
-sha256 verification and the record of what was downloaded in llamaspec.lock.
+Files land in the standard HF cache layout (shared with other tools; `HF_HOME`,
+`HF_HUB_CACHE`, `HF_ENDPOINT` and `HF_TOKEN` apply). `huggingface_hub` resolves metadata,
+builds URLs and headers, and streams with progress and in-call retries; its
+`hf_hub_download` no longer resumes across runs (each run writes a fresh temporary file),
+so llamaspec keeps the partial file under a stable name and resumes it with a range
+request. llamaspec adds the free-disk check, sha256 verification before a file enters the
+cache, and the record of what was downloaded in llamaspec.lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import huggingface_hub as hf
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import errors as hf_errors
+from huggingface_hub.file_download import http_get, repo_folder_name
 from rich.console import Console
 
 from . import compat
@@ -41,6 +47,8 @@ class RemoteFile:
     size: int | None
     sha256: str | None  # the LFS object id (the hub's X-Linked-Etag)
     commit: str | None
+    etag: str = ""
+    location: str = ""  # where the content is (the hub redirects LFS files to a CDN)
 
 
 def endpoint() -> str:
@@ -106,7 +114,17 @@ def remote_file(model: ModelFile, filename: str) -> RemoteFile:
         meta = hf.get_hf_file_metadata(url, token=_token(), endpoint=endpoint())
     etag = (meta.etag or "").strip('"').removeprefix("W/").strip('"')
     sha = etag if compat_sha(etag) else None
-    return RemoteFile(model.repo or "", filename, revision, url, meta.size, sha, meta.commit_hash)
+    return RemoteFile(
+        model.repo or "",
+        filename,
+        revision,
+        url,
+        meta.size,
+        sha,
+        meta.commit_hash,
+        etag,
+        meta.location or url,
+    )
 
 
 def compat_sha(text: str) -> bool:
@@ -144,9 +162,10 @@ def remote_tokenizer(model: ModelFile) -> compat.TokenizerInfo:
     return compat.read_header(range_fetcher(model, remote), remote.size, f"{model.repo}/{first}")
 
 
-def cached_path(model: ModelFile, filename: str) -> Path | None:
-    """The file in the HF cache at the catalog's revision (or main), if already downloaded."""
-    found = hf.try_to_load_from_cache(model.repo or "", filename, revision=model.revision)
+def cached_path(model: ModelFile, filename: str, locked: dict | None = None) -> Path | None:
+    """The file in the HF cache at the catalog's (else the lock's, else main's) revision."""
+    revision = model.revision or (locked or {}).get("revision")
+    found = hf.try_to_load_from_cache(model.repo or "", filename, revision=revision)
     return Path(found) if isinstance(found, str) else None
 
 
@@ -185,12 +204,67 @@ def sha256_of(path: Path, say: Callable[[str], None]) -> str:
     return digest
 
 
-def _remove_download(path: Path) -> None:
-    """Drop a bad file from the HF cache: its snapshot link and the blob it points to."""
-    blob = path.resolve()
-    path.unlink(missing_ok=True)
-    if blob != path:
-        blob.unlink(missing_ok=True)
+def _storage(repo: str) -> Path:
+    return Path(hf_constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo, repo_type="model")
+
+
+def _fetch(remote: RemoteFile, want: str, console: Console) -> Path:
+    """Download one file into the HF cache layout, resuming a partial download, verified.
+
+    The content goes to `blobs/<etag>.incomplete` (a stable name, so a later run resumes it
+    with a range request), is checked against `want` and only then becomes `blobs/<etag>`,
+    linked from `snapshots/<commit>/<file>` like huggingface_hub's own downloads.
+    """
+    storage = _storage(remote.repo)
+    commit = remote.commit or remote.revision
+    pointer = storage / "snapshots" / commit / remote.filename
+    if pointer.is_file():
+        return pointer
+    blob = storage / "blobs" / remote.etag
+    partial = blob.with_name(f"{remote.etag}.incomplete")
+    if not blob.is_file():
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        with partial.open("ab") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LlamaspecError(
+                    f"Another process is downloading {remote.repo}/{remote.filename} into "
+                    f"{partial.parent}; wait for it to finish, then run again."
+                ) from None
+            done = f.tell()
+            if done:
+                console.print(
+                    f"model: resuming {remote.filename} at {_gb(done)} of {_gb(remote.size or 0)}"
+                )
+            headers = hf.utils.build_hf_headers(token=_token())
+            if urlsplit(remote.location).netloc != urlsplit(remote.url).netloc:
+                headers.pop("authorization", None)  # signed CDN URLs take no token
+            http_get(
+                remote.location,
+                f,  # type: ignore[arg-type]
+                resume_size=done,
+                headers=headers,
+                expected_size=remote.size,
+                displayed_filename=remote.filename,
+            )
+        digest = sha256_of(partial, console.print)
+        if digest != want:
+            partial.unlink()
+            raise LlamaspecError(
+                f"{remote.repo}/{remote.filename} downloaded with sha256 {digest}, expected "
+                f"{want}. The corrupt file was removed; run again to re-download it. If it "
+                "happens again, the file on the hub differs from the catalog: check models.yaml."
+            )
+        partial.replace(blob)
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    pointer.unlink(missing_ok=True)
+    pointer.symlink_to(os.path.relpath(blob, pointer.parent))
+    if remote.revision != commit:  # a branch name: record where it pointed, as the hub does
+        ref = storage / "refs" / remote.revision
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        ref.write_text(commit)
+    return pointer
 
 
 @dataclass(frozen=True)
@@ -240,25 +314,8 @@ def download(name: str, model: ModelFile, locked: dict | None, console: Console)
     if missing:
         check_disk(need, Path(hf_constants.HF_HUB_CACHE), f"{name} ({len(missing)} file(s))")
     paths = []
-    digests = []
-    for part, remote, want in zip(model.parts, remotes, expected, strict=True):
-        with hub_errors(model, part):
-            got = hf.hf_hub_download(
-                model.repo or "",
-                part,
-                revision=model.revision or remote.commit or "main",
-                token=_token(),
-                endpoint=endpoint(),
-            )
-        path = Path(got)  # type: ignore[arg-type]
-        digest = sha256_of(path, console.print)
-        if digest != want:
-            _remove_download(path)
-            raise LlamaspecError(
-                f"{model.repo}/{part} downloaded with sha256 {digest}, expected {want}. The "
-                "corrupt file was removed from the HF cache; run again to re-download it. If it "
-                "happens again, the file on the hub differs from the catalog: check models.yaml."
-            )
-        paths.append(path)
-        digests.append(digest)
+    for remote, want in zip(remotes, expected, strict=True):
+        with hub_errors(model, remote.filename):
+            paths.append(_fetch(remote, want, console))  # type: ignore[arg-type]
+    digests = [sha256_of(p, console.print) for p in paths]
     return Downloaded(tuple(paths), commit, tuple(digests))

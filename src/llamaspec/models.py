@@ -29,19 +29,19 @@ def get_pair(models: ModelsFile, name: str) -> Pair:
     return models.pairs[choose("model pair", name, models.pairs)]
 
 
-def _local(model: ModelFile) -> Path | None:
+def local_path(model: ModelFile, locked: dict | None) -> Path | None:
     """The model's first file if it is on disk already (embedded, or in the HF cache)."""
     if model.source == "embedded":
         return embedded_model()
-    paths = [hub.cached_path(model, part) for part in model.parts]
+    paths = [hub.cached_path(model, part, locked) for part in model.parts]
     return paths[0] if all(paths) else None
 
 
 def tokenizer(
-    model: ModelFile, console: Console, local: Path | None = None
+    model: ModelFile, console: Console, locked: dict | None, local: Path | None = None
 ) -> compat.TokenizerInfo:
     """Tokenizer metadata: from a local file when given/present, else the remote header."""
-    path = local or _local(model)
+    path = local or local_path(model, locked)
     if path is not None:
         return compat.read_local(path)
     console.print(f"model: reading the GGUF header of {model.repo}/{model.parts[0]} (range read)")
@@ -51,6 +51,7 @@ def tokenizer(
 def check_pair(
     models: ModelsFile,
     name: str,
+    root: Path,
     console: Console,
     target_file: Path | None = None,
     draft_file: Path | None = None,
@@ -59,8 +60,9 @@ def check_pair(
     pair = get_pair(models, name)
     if pair.draft is None:
         return None
-    target = tokenizer(models.models[pair.target], console, target_file)
-    draft = tokenizer(models.models[pair.draft], console, draft_file)
+    locked = lockfile.load(root)["models"]
+    target = tokenizer(models.models[pair.target], console, locked.get(pair.target), target_file)
+    draft = tokenizer(models.models[pair.draft], console, locked.get(pair.draft), draft_file)
     return compat.check(target, draft)
 
 
@@ -76,7 +78,7 @@ def render_verdict(verdict: compat.Verdict, console: Console) -> None:
 def pull(models: ModelsFile, name: str, root: Path, console: Console) -> PairFiles:
     """Check the pair from headers, then download and verify both models (recorded in the lock)."""
     pair = get_pair(models, name)
-    verdict = check_pair(models, name, console)
+    verdict = check_pair(models, name, root, console)
     if verdict is not None:
         render_verdict(verdict, console)
         if not verdict.ok:
