@@ -254,3 +254,20 @@ def test_real_gemma_header_over_http(env: Env, gemma_path: Path) -> None:
     assert "ids 5..262143 identical" in proc.stdout
     sent = sum(g.sent for g in env.hub.content_gets())
     assert 0 < sent < gemma_path.stat().st_size // 10
+
+
+def test_split_gguf_pulls_every_part(env: Env, tmp_path: Path) -> None:
+    first = write_gguf(tmp_path / "s1.gguf", vocab(300), payload_bytes=1 << 16)
+    second = tmp_path / "s2.gguf"
+    second.write_bytes(b"GGUF" + bytes(range(256)) * 512)
+    names = [f"Q4_K_M/big-Q4_K_M-0000{i}-of-00002.gguf" for i in (1, 2)]
+    env.hub.add("org/split-GGUF", names[0], first)
+    env.hub.add("org/split-GGUF", names[1], second)
+    env.models["split"] = _model("org/split-GGUF", names[0])
+    env.pairs["split-ngram"] = {"target": "split", "spec": "ngram"}
+    proc = env.cli("models", "pull", "split-ngram")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lock = yaml.safe_load((env.root / "llamaspec.lock").read_text())
+    assert list(lock["models"]["split"]["sha256"]) == names
+    assert len(env.blobs()) == 2
+    assert "big-Q4_K_M-00001-of-00002.gguf" in proc.stdout
