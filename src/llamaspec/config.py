@@ -9,7 +9,7 @@ import datetime as dt
 import re
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import (
@@ -155,16 +155,6 @@ class SeriesFile(Frozen):
 HANDLE = r"^[a-z0-9][a-z0-9._-]*$"
 HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 SPLIT = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
-SPEC_TYPES = (
-    "draft",
-    "mtp",
-    "eagle3",
-    "ngram-simple",
-    "ngram-map-k",
-    "ngram-map-k4v",
-    "ngram-mod",
-    "ngram-cache",
-)
 SpecType = Literal[
     "draft",
     "mtp",
@@ -175,6 +165,7 @@ SpecType = Literal[
     "ngram-mod",
     "ngram-cache",
 ]
+SPEC_TYPES: tuple[str, ...] = get_args(SpecType)
 
 
 def check_repo_id(value: str) -> str:

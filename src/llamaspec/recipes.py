@@ -15,24 +15,13 @@ from pathlib import Path
 
 import yaml
 
-from .config import Recipe
-from .dialects import help_flags
+from .config import SPEC_TYPES, Recipe
+from .dialects import accepted_flags, is_number
 from .errors import LlamaspecError
 
 # What each dialect can express (engine-neutral spec type names).
 CAPABILITIES: dict[str, frozenset[str]] = {
-    "upstream": frozenset(
-        {
-            "draft",
-            "mtp",
-            "eagle3",
-            "ngram-simple",
-            "ngram-map-k",
-            "ngram-map-k4v",
-            "ngram-mod",
-            "ngram-cache",
-        }
-    ),
+    "upstream": frozenset(SPEC_TYPES),
     "upstream-legacy": frozenset(
         {"draft", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"}
     ),
@@ -176,30 +165,6 @@ def _opt(flag: str, value: object) -> list[str]:
     return [] if value is None else [flag, str(value)]
 
 
-_REMOVED = re.compile(r"has been removed|is deprecated and has no effect", re.I)
-
-
-def accepted_flags(help_text: str) -> set[str]:
-    """Flags a binary accepts: those in its --help, minus those it says were removed."""
-    accepted: set[str] = set()
-    entry: list[str] = []
-
-    def flush() -> None:
-        if entry and not _REMOVED.search(" ".join(entry)):
-            for segment in re.split(r"\s{2,}", entry[0].strip()):
-                if not segment.startswith("-"):
-                    break  # the description starts here
-                accepted.update(help_flags(segment))
-        entry.clear()
-
-    for line in help_text.splitlines():
-        if line.lstrip().startswith("-") and not line.startswith(" " * 10):
-            flush()
-        entry.append(line)
-    flush()
-    return accepted
-
-
 def spec_type_choices(help_text: str) -> set[str] | None:
     """The values `--spec-type` lists in an upstream --help (None when not listed)."""
     m = re.search(r"--spec-type\s+([a-z0-9-]+(?:,[a-z0-9-]+)+)", help_text)
@@ -209,7 +174,7 @@ def spec_type_choices(help_text: str) -> set[str] | None:
 def check_against_help(cmd: ServerCommand, help_text: str, binary: str) -> None:
     """Refuse a command the binary would reject: unknown flags, or spec types it lacks."""
     known = accepted_flags(help_text)
-    unknown = [a for a in cmd.argv[1:] if a.startswith("-") and a not in known and not _number(a)]
+    unknown = [a for a in cmd.argv[1:] if a.startswith("-") and a not in known and not is_number(a)]
     if unknown:
         raise LlamaspecError(
             f"{binary} does not accept {', '.join(unknown)} (not in its --help, or marked "
@@ -225,14 +190,6 @@ def check_against_help(cmd: ServerCommand, help_text: str, binary: str) -> None:
                 f"{binary} does not offer spec type {', '.join(lacking)} (its --spec-type "
                 f"accepts {', '.join(sorted(choices))}). Pick another recipe or a newer pin."
             )
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def llama_swap(name: str, cmd: ServerCommand) -> str:

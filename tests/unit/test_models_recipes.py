@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from llamaspec import compat, config, recipes
+from llamaspec import compat, config, dialects, recipes
 from llamaspec.errors import LlamaspecError
 
 from ggufs import vocab, write_gguf
+from runcli import cli
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,7 +221,7 @@ def test_help_check_refuses_removed_and_unknown_flags() -> None:
         "--host HOST                             address\n"
         "--port PORT                             port\n"
     )
-    assert recipes.accepted_flags(help_text) == {
+    assert dialects.accepted_flags(help_text) == {
         "--spec-draft-n-max",
         "--spec-type",
         "-m",
@@ -247,18 +246,6 @@ def test_llama_swap_entry() -> None:
     assert body["checkEndpoint"] == "/health"
 
 
-def _cli(*args: str, tmp: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "llamaspec.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp), "LLAMASPEC_CACHE": str(tmp)},
-        check=False,
-        timeout=120,
-    )
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -273,7 +260,7 @@ def _cli(*args: str, tmp: Path) -> subprocess.CompletedProcess:
     ],
 )
 def test_cli_bad_input(tmp_path: Path, args: list[str], message: str) -> None:
-    proc = _cli(*args, tmp=tmp_path)
+    proc = cli(*args, env_cache=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
@@ -282,7 +269,9 @@ def test_cli_bad_input(tmp_path: Path, args: list[str], message: str) -> None:
 def test_cli_check_of_two_files_names_the_rule(tmp_path: Path) -> None:
     t = write_gguf(tmp_path / "t.gguf", vocab(300))
     d = write_gguf(tmp_path / "d.gguf", vocab(300, change={7: "x"}))
-    proc = _cli("models", "check", "--target-file", str(t), "--draft-file", str(d), tmp=tmp_path)
+    proc = cli(
+        "models", "check", "--target-file", str(t), "--draft-file", str(d), env_cache=tmp_path
+    )
     assert proc.returncode == 2
     assert "token 7 differs: 'tok7' vs 'x'" in " ".join(proc.stderr.split())
 
