@@ -75,6 +75,20 @@ def lock(session: nox.Session) -> None:
     session.run("llamaspec", "lock", *session.posargs)
 
 
+@nox.session
+def models(session: nox.Session) -> None:
+    """Model pairs: `nox -s models -- list | check PAIR | pull PAIR`."""
+    _install(session, "embedded")
+    session.run("llamaspec", "models", *(session.posargs or ["list"]))
+
+
+@nox.session
+def recipe(session: nox.Session) -> None:
+    """Recipes: `nox -s recipe -- list | show NAME --engine E [--artifact ID]`."""
+    _install(session, "embedded")
+    session.run("llamaspec", "recipe", *(session.posargs or ["list"]))
+
+
 @nox.session(name="bench-build")
 def bench_build(session: nox.Session) -> None:
     """Cold build time, llamaspec vs plain cmake, same tree and flags → reports/."""

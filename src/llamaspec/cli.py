@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from . import __version__, cli_docker, cli_patches, cli_verify, config
+from . import __version__, cli_docker, cli_models, cli_patches, cli_verify, config
 from .build import load_artifact
 from .errors import LlamaspecError
 from .pipeline import BuildSpec, newest_artifact, run_build, run_smoke
@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("engines", help="list engines and their default pins")
     cli_verify.add_parsers(sub)
     cli_patches.add_parsers(sub)
+    cli_models.add_parsers(sub)
     cli_docker.add_parsers(sub)
     args = parser.parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
@@ -80,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (
             cli_verify.dispatch(args, console)
             or cli_patches.dispatch(args, console)
+            or cli_models.dispatch(args, console)
             or cli_docker.dispatch(args, console)
         ):
             pass

@@ -40,6 +40,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(backend=None)
     p.add_argument("--registry", default=images.DEFAULT_REGISTRY)
     p.add_argument("--tag", help="a specific (immutable) tag instead of <engine>-<backend>")
+    p.add_argument("--recipe", default=containers.DEFAULT_RECIPE, help="recipe to print a run for")
     p.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     s = dsub.add_parser("smoke", help="smoke-test an image: speculation on, outputs identical")
     s.add_argument("image", help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu")
@@ -108,6 +109,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             args.registry,
             args.tag,
             console,
+            args.recipe,
         )
     elif cmd == "smoke":
         containers.smoke_image(containers.detect(args.tool), args.image, args.reports, console)

@@ -9,7 +9,7 @@ import datetime as dt
 import re
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import (
@@ -152,8 +152,182 @@ class SeriesFile(Frozen):
     patches: tuple[PatchEntry, ...] = ()
 
 
+HANDLE = r"^[a-z0-9][a-z0-9._-]*$"
+HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+SPLIT = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
+SpecType = Literal[
+    "draft",
+    "mtp",
+    "eagle3",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+]
+SPEC_TYPES: tuple[str, ...] = get_args(SpecType)
+
+
+def check_repo_id(value: str) -> str:
+    """A Hugging Face repo id: `owner/name`, letters, digits, `-`, `_`, `.` only."""
+    if not HF_REPO.match(value) or "--" in value or ".." in value or value.endswith("."):
+        raise ValueError(
+            f"{value!r} is not a Hugging Face repo id (owner/name with letters, digits, '-', "
+            "'_' and '.'; no '--' or '..')"
+        )
+    return value
+
+
+def check_gguf_file(value: str) -> str:
+    check_relative(value)
+    if not value.endswith(".gguf"):
+        raise ValueError(f"{value!r} is not a .gguf file name")
+    return value
+
+
+RepoId = Annotated[str, AfterValidator(check_repo_id)]
+GgufFile = Annotated[str, AfterValidator(check_gguf_file)]
+Handle = Annotated[str, Field(pattern=HANDLE)]
+
+
+class ModelFile(Frozen):
+    """One GGUF model: where it comes from, what it is, and how to verify it."""
+
+    source: Literal["hf", "embedded"] = "hf"
+    repo: RepoId | None = None
+    file: GgufFile
+    revision: FullSha | None = None
+    size: int | None = Field(default=None, gt=0)
+    sha256: Sha256 | tuple[Sha256, ...] | None = None
+    approx_gb: float | None = Field(default=None, gt=0)
+    tokenizer: str
+    license: str
+    params: str = ""
+    quant: str = ""
+    mtp: bool = False
+    hybrid: bool = False
+    gated: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelFile:
+        if self.source == "hf" and self.repo is None:
+            raise ValueError("a model from Hugging Face needs `repo`")
+        if isinstance(self.sha256, tuple) and len(self.sha256) != len(self.parts):
+            raise ValueError(
+                f"sha256 lists {len(self.sha256)} digests for {len(self.parts)} split parts"
+            )
+        return self
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """Every file of the model: one, or all parts of a split GGUF (`-0000i-of-0000n`)."""
+        m = SPLIT.match(self.file)
+        if not m:
+            return (self.file,)
+        count = int(m["count"])
+        return tuple(f"{m['stem']}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1))
+
+    def part_sha256(self, index: int) -> str | None:
+        if isinstance(self.sha256, tuple):
+            return self.sha256[index]
+        return self.sha256 if index == 0 and len(self.parts) == 1 else None
+
+
+class Pair(Frozen):
+    """A matched target and its speculation partner (a draft model, MTP heads or n-grams)."""
+
+    target: Handle
+    draft: Handle | None = None
+    spec: Literal["draft", "mtp", "ngram"] = "draft"
+    notes: str = ""
+    reported: str = ""
+
+    @model_validator(mode="after")
+    def _draft_matches_spec(self) -> Pair:
+        if self.spec == "draft" and self.draft is None:
+            raise ValueError("spec 'draft' needs a `draft` model")
+        if self.spec != "draft" and self.draft is not None:
+            raise ValueError(f"spec {self.spec!r} uses no draft model; drop `draft`")
+        return self
+
+
 class ModelsFile(Frozen):
-    pairs: dict[str, dict] = Field(default_factory=dict)
+    models: dict[Annotated[str, Field(pattern=HANDLE)], ModelFile] = Field(default_factory=dict)
+    pairs: dict[Annotated[str, Field(pattern=HANDLE)], Pair] = Field(default_factory=dict)
+
+
+class SpecSettings(Frozen):
+    """Engine-neutral speculative settings of a recipe."""
+
+    types: tuple[SpecType, ...] = Field(min_length=1)
+    draft_n_max: int = Field(default=16, ge=1, le=256)
+    draft_n_min: int = Field(default=0, ge=0, le=256)
+    draft_p_min: float | None = Field(default=None, ge=0, le=1)
+    draft_gpu_layers: int | Literal["all", "auto"] | None = None
+    draft_cache_type_k: str | None = None
+    draft_cache_type_v: str | None = None
+    draft_device: str | None = None
+    ngram_mod_n_min: int | None = Field(default=None, ge=1)
+    ngram_mod_n_max: int | None = Field(default=None, ge=1)
+    ngram_mod_n_match: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _ranges(self) -> SpecSettings:
+        if self.draft_n_min > self.draft_n_max:
+            raise ValueError("draft_n_min is larger than draft_n_max")
+        if len(set(self.types)) != len(self.types):
+            raise ValueError("a spec type is listed twice")
+        return self
+
+
+class ServerSettings(Frozen):
+    """Engine-neutral server settings of a recipe."""
+
+    ctx: int | None = Field(default=None, ge=0)
+    parallel: int | None = Field(default=None, ge=1)
+    gpu_layers: int | Literal["all", "auto"] | None = None
+    flash_attn: Literal["on", "off", "auto"] | None = None
+    ctx_checkpoints: int | None = Field(default=None, ge=0)
+    checkpoint_min_step: int | None = Field(default=None, ge=1)
+    rpc: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:\[\]-]+:\d{1,5}$")], ...] = ()
+    extra: tuple[str, ...] = ()
+
+
+class Measured(Frozen):
+    """What a recipe's numbers were measured (or reported) on."""
+
+    hardware: str
+    engine: str = ""
+    result: str = ""
+    report: RelPath | None = None
+    source: Literal["measured", "reported"] = "reported"
+
+
+class Recipe(Frozen):
+    """recipes/NAME.yaml: a pair plus engine-neutral settings and per-engine overrides."""
+
+    name: Handle
+    pair: Handle
+    description: str
+    spec: SpecSettings
+    server: ServerSettings = ServerSettings()
+    engines: dict[str, dict] = Field(default_factory=dict)
+    measured: Measured | None = None
+
+    def for_engine(self, engine: str) -> Recipe:
+        """This recipe with the engine's overrides (keys of spec/server) applied."""
+        override = self.engines.get(engine) or {}
+        if not override:
+            return self
+        spec = {k: v for k, v in override.items() if k in SpecSettings.model_fields}
+        server = {k: v for k, v in override.items() if k in ServerSettings.model_fields}
+        return self.model_copy(
+            update={
+                "spec": SpecSettings.model_validate({**self.spec.model_dump(), **spec}),
+                "server": ServerSettings.model_validate({**self.server.model_dump(), **server}),
+                "engines": {},
+            }
+        )
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -264,5 +438,64 @@ def load_series(root: Path | None = None) -> tuple[PatchEntry, ...]:
 
 
 def load_models(root: Path | None = None) -> ModelsFile:
+    """models.yaml → the catalog, with every pair's models checked to exist."""
     path = (root or project_root()) / "models.yaml"
-    return parse(ModelsFile, _read_yaml(path), str(path))
+    parsed = parse(ModelsFile, _read_yaml(path), str(path))
+    for name, pair in parsed.pairs.items():
+        for role in ("target", "draft"):
+            handle = getattr(pair, role)
+            if handle is not None and handle not in parsed.models:
+                raise LlamaspecError(
+                    f"{path}: pair {name!r} names {role} model {handle!r}, which is not under "
+                    f"`models:`.{did_you_mean(handle, parsed.models)}"
+                )
+        if pair.spec == "mtp" and not parsed.models[pair.target].mtp:
+            raise LlamaspecError(
+                f"{path}: pair {name!r} uses MTP speculation, but model {pair.target!r} is not "
+                "marked `mtp: true` (it has no built-in MTP heads)."
+            )
+    return parsed
+
+
+def load_recipes(root: Path | None = None, models: ModelsFile | None = None) -> dict[str, Recipe]:
+    """recipes/*.yaml → {name: Recipe}; the name is the file's stem, the pair must exist."""
+    root = root or project_root()
+    models = models or load_models(root)
+    recipes: dict[str, Recipe] = {}
+    for path in sorted((root / "recipes").glob("*.yaml")):
+        raw = _read_yaml(path)
+        if isinstance(raw, dict):
+            raw = {"name": path.stem, **raw}
+        recipe = parse(Recipe, raw, str(path))
+        if recipe.name != path.stem:
+            raise LlamaspecError(
+                f"{path}: `name: {recipe.name}` differs from the file name; drop `name` or "
+                f"rename the file to {recipe.name}.yaml."
+            )
+        if recipe.pair not in models.pairs:
+            raise LlamaspecError(
+                f"{path}: recipe {recipe.name!r} is for pair {recipe.pair!r}, which models.yaml "
+                f"does not list.{did_you_mean(recipe.pair, models.pairs)}"
+            )
+        for engine, override in recipe.engines.items():
+            if engine not in ENGINES:
+                raise LlamaspecError(
+                    f"{path}: `engines:` names {engine!r}.{did_you_mean(engine, ENGINES)} "
+                    f"Known engines: {', '.join(ENGINES)}."
+                )
+            allowed = {*SpecSettings.model_fields, *ServerSettings.model_fields}
+            for key in override or {}:
+                if key not in allowed:
+                    raise LlamaspecError(
+                        f"{path}: engines.{engine}.{key} is not a recipe setting."
+                        f"{did_you_mean(key, allowed)}"
+                    )
+            try:
+                recipe.for_engine(engine)
+            except ValidationError as exc:
+                raise LlamaspecError(
+                    f"{path}: the {engine} override is invalid: "
+                    + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                ) from None
+        recipes[recipe.name] = recipe
+    return recipes

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -25,11 +26,11 @@ from rich.console import Console
 from . import images
 from .build import Artifact
 from .config import Engine, load_engines
-from .dialects import SpecSettings, spec_args
 from .errors import LlamaspecError, choose
 from .paths import cache_dir, project_root
 
 CONTAINER_MODELS = "/models"
+DEFAULT_RECIPE = "qwen2.5-coder-7b"
 UNREACHABLE = (
     "no such host",
     "dial tcp",
@@ -482,18 +483,37 @@ def detect_host(
     return HostBackend("cpu", "no NVIDIA GPU and no hardware Vulkan driver")
 
 
-def run_hint(ref: str, backend: str, engine: Engine, commit: str | None) -> str:
-    """Two commands: fetch a model pair, then run the image with a speculative recipe."""
+def run_hint(
+    ref: str,
+    backend: str,
+    engine: Engine,
+    commit: str | None,
+    recipe_name: str = DEFAULT_RECIPE,
+    root: Path | None = None,
+) -> str:
+    """How to run the image with a recipe: the pair's GGUFs mounted at /models, the recipe
+    rendered in the engine's dialect (host and port are the image's own: 0.0.0.0:8080)."""
+    from . import recipes
+    from .config import load_models, load_recipes
+
+    catalog = load_models(root)
+    known = load_recipes(root, catalog)
+    recipe = known[choose("recipe", recipe_name, known)]
+    pair = catalog.pairs[recipe.pair]
+    target = f"{CONTAINER_MODELS}/{catalog.models[pair.target].file}"
+    draft = f"{CONTAINER_MODELS}/{catalog.models[pair.draft].file}" if pair.draft else None
     dialect = engine.dialect if commit in (None, engine.pin) else "upstream"
-    draft = Path(CONTAINER_MODELS) / "draft.gguf"
-    spec = spec_args(dialect, SpecSettings("draft", draft, n_max=8, p_min=0.0))
+    cmd = recipes.render(recipe, engine.name, dialect, target, draft, backend=backend)
+    argv = list(cmd.argv[1:])
+    for flag in ("--host", "--port"):  # the entrypoint sets them
+        i = argv.index(flag)
+        del argv[i : i + 2]
     device = {"cuda": "--gpus all ", "vulkan": "--device /dev/dri "}.get(backend, "")
-    gpu_layers = (
-        " -ngl 99" + (" -ngld 99" if "-ngld" not in spec else "") if backend != "cpu" else ""
-    )
     return (
+        f"# put the GGUFs of pair {recipe.pair!r} in ./models "
+        f"(`llamaspec models pull {recipe.pair}` downloads and verifies them)\n"
         f'docker run --rm {device}-p 8080:8080 -v "$PWD/models:/models:ro" {ref} \\\n'
-        f"    -m /models/target.gguf {' '.join(spec)}{gpu_layers}"
+        f"    {shlex.join(argv)}"
     )
 
 
@@ -510,6 +530,7 @@ def pull(
     registry: str,
     tag: str | None,
     console: Console,
+    recipe: str = DEFAULT_RECIPE,
 ) -> str:
     """Pull the image for this host (or `backend`), refuse it unless its labels match."""
     engines = load_engines()
@@ -543,8 +564,8 @@ def pull(
         f"docker-pull: {ref} = {labels.get(images.LABEL_PREFIX + 'artifact-id')} "
         f"({engine.name}@{(commit or '?')[:12]}, patches {patches})"
     )
-    console.print("Run it with a speculative recipe (target + draft GGUF in ./models):\n")
-    print(run_hint(ref, backend, engine, commit))
+    console.print(f"Run it with the recipe {recipe!r}:\n")
+    print(run_hint(ref, backend, engine, commit, recipe))
     return ref
 
 

@@ -78,10 +78,34 @@ def help_flags(help_text: str) -> set[str]:
     return set(_FLAG.findall(help_text))
 
 
+_REMOVED = re.compile(r"has been removed|is deprecated and has no effect", re.I)
+
+
+def accepted_flags(help_text: str) -> set[str]:
+    """Flags a binary accepts: those in its --help, minus those it says were removed."""
+    accepted: set[str] = set()
+    entry: list[str] = []
+
+    def flush() -> None:
+        if entry and not _REMOVED.search(" ".join(entry)):
+            for segment in re.split(r"\s{2,}", entry[0].strip()):
+                if not segment.startswith("-"):
+                    break  # the description starts here
+                accepted.update(help_flags(segment))
+        entry.clear()
+
+    for line in help_text.splitlines():
+        if line.lstrip().startswith("-") and not line.startswith(" " * 10):
+            flush()
+        entry.append(line)
+    flush()
+    return accepted
+
+
 def check_help(argv: Sequence[str], help_text: str, binary: str) -> None:
     """Refuse flags the binary's own `--help` does not list (values are not checked)."""
-    known = help_flags(help_text)
-    unknown = [a for a in argv if a.startswith("-") and not _is_number(a) and a not in known]
+    known = accepted_flags(help_text)
+    unknown = [a for a in argv if a.startswith("-") and not is_number(a) and a not in known]
     if unknown:
         raise LlamaspecError(
             f"{binary} does not accept {', '.join(unknown)} (not in its --help). The recipe's "
@@ -89,7 +113,7 @@ def check_help(argv: Sequence[str], help_text: str, binary: str) -> None:
         )
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
     try:
         float(text)
     except ValueError:

@@ -15,9 +15,9 @@ LOCK = "llamaspec.lock"
 def load(root: Path) -> dict:
     path = root / LOCK
     if not path.is_file():
-        return {"engines": {}, "patches": {}}
+        return {"engines": {}, "patches": {}, "models": {}}
     data = yaml.safe_load(path.read_text()) or {}
-    return {"engines": data.get("engines") or {}, "patches": data.get("patches") or {}}
+    return {key: data.get(key) or {} for key in ("engines", "patches", "models")}
 
 
 def save(root: Path, lock: dict) -> Path:
@@ -25,9 +25,13 @@ def save(root: Path, lock: dict) -> Path:
     header = (
         "# Written by `nox -s lock`: the exact commits llamaspec builds use. Patch commits are\n"
         "# applied in order, each as its diff against its first parent. An empty list means\n"
-        "# the entry could not be resolved here (see `nox -s lock` output).\n"
+        "# the entry could not be resolved here (see `nox -s lock` output). `models` records the\n"
+        "# hub commit and sha256 of every model file on its first verified download.\n"
     )
-    path.write_text(header + yaml.safe_dump(lock, sort_keys=True))
+    lock = {k: v for k, v in lock.items() if v or k != "models"}
+    tmp = path.with_name(f".{LOCK}.tmp")
+    tmp.write_text(header + yaml.safe_dump(lock, sort_keys=True))
+    tmp.replace(path)
     return path
 
 

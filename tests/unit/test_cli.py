@@ -8,20 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from runcli import cli
+
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def cli(*args: str, env_cache: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "llamaspec.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin", "LLAMASPEC_CACHE": str(env_cache), "HOME": str(env_cache)},
-        check=False,
-        timeout=120,
-    )
 
 
 @pytest.mark.parametrize(

@@ -170,12 +170,17 @@ def test_host_detection(files: list[str], backend: str, tmp_path: Path) -> None:
 
 def test_run_hint_renders_the_recipe_for_the_engine() -> None:
     engines = load_engines(ROOT)
-    up = containers.run_hint("r/llamaspec:llama.cpp-cuda", "cuda", engines["llama.cpp"], PIN)
-    assert up.startswith("docker run --rm --gpus all -p 8080:8080")
-    assert "--spec-type draft-simple --spec-draft-model /models/draft.gguf" in up
+    ref = "r/llamaspec:llama.cpp-cuda"
+    up = containers.run_hint(ref, "cuda", engines["llama.cpp"], PIN, "qwen2.5-coder-7b", ROOT)
+    assert 'docker run --rm --gpus all -p 8080:8080 -v "$PWD/models:/models:ro" ' + ref in up
+    assert "-m /models/qwen2.5-coder-7b-q8_0.gguf" in up
+    assert "--spec-type draft-simple --spec-draft-model /models/qwen2.5-coder-0.5b-q8_0.gguf" in up
+    assert "--host" not in up and "--port" not in up  # the image's entrypoint sets them
     ik = engines["ik_llama.cpp"]
-    hint = containers.run_hint("r/llamaspec:ik_llama.cpp-cpu", "cpu", ik, ik.pin)
-    assert "-md /models/draft.gguf --draft-max 8" in hint and "--gpus" not in hint
+    hint = containers.run_hint("r/x", "cpu", ik, ik.pin, "gemma3-270m-self", ROOT)
+    assert "-md /models/gemma-3-270m-q4_k_m.gguf --draft-max 8" in hint and "--gpus" not in hint
+    with pytest.raises(LlamaspecError, match="Did you mean 'qwen2.5-coder-7b'"):
+        containers.run_hint("r/x", "cpu", ik, ik.pin, "qwen2.5-coder-7", ROOT)
 
 
 def test_system_libraries_exclude_the_base_set(tmp_path: Path) -> None:

@@ -1,0 +1,21 @@
+"""Run the real `llamaspec` CLI in a subprocess with an isolated cache and home."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, env_cache: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llamaspec.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "LLAMASPEC_CACHE": str(env_cache), "HOME": str(env_cache)},
+        check=False,
+        timeout=120,
+    )

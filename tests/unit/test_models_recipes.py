@@ -1,0 +1,286 @@
+"""Catalog validation, GGUF compatibility rules and recipe rendering (no network, no compiler)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llamaspec import compat, config, dialects, recipes
+from llamaspec.errors import LlamaspecError
+
+from ggufs import vocab, write_gguf
+from runcli import cli
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+DIALECTS = tuple(recipes.CAPABILITIES)
+
+
+# --- compatibility on GGUFs written with the gguf package ---------------------------------
+
+
+def _info(tmp: Path, name: str, tokens: list[str], **kw) -> compat.TokenizerInfo:
+    return compat.read_local(write_gguf(tmp / f"{name}.gguf", tokens, **kw))
+
+
+def _failed(v: compat.Verdict) -> dict[str, str]:
+    return {r.name: r.detail for r in v.failed}
+
+
+def test_same_vocab_is_compatible(tmp_path: Path) -> None:
+    v = compat.check(_info(tmp_path, "t", vocab(400)), _info(tmp_path, "d", vocab(400)))
+    assert v.ok, v
+    assert "ids 5..399 identical" in {r.name: r.detail for r in v.rules}["token texts"]
+
+
+def test_vocab_size_difference_128_is_allowed_129_is_not(tmp_path: Path) -> None:
+    target = _info(tmp_path, "t", vocab(400 + 128))
+    ok = compat.check(target, _info(tmp_path, "d128", vocab(400)))
+    assert ok.ok
+    assert "draft vocab 400 vs target 528: difference 128, within 128, ok" in [
+        r.detail for r in ok.rules
+    ]
+    bad = compat.check(_info(tmp_path, "t2", vocab(400 + 129)), _info(tmp_path, "d", vocab(400)))
+    assert _failed(bad) == {
+        "vocab size": "draft vocab 400 vs target 529: difference 129, over the 128 allowed"
+    }
+
+
+def test_different_bos_is_refused(tmp_path: Path) -> None:
+    v = compat.check(_info(tmp_path, "t", vocab(300)), _info(tmp_path, "d", vocab(300), bos=3))
+    assert _failed(v) == {"BOS id": "bos_token_id: target 1 vs draft 3"}
+
+
+def test_different_add_bos_and_vocab_type_are_refused(tmp_path: Path) -> None:
+    target = _info(tmp_path, "t", vocab(300))
+    v = compat.check(target, _info(tmp_path, "d", vocab(300), add_bos=False, model="gpt2"))
+    assert set(_failed(v)) == {"vocab type", "add BOS"}
+
+
+def test_token_text_at_id_7_differs(tmp_path: Path) -> None:
+    v = compat.check(
+        _info(tmp_path, "t", vocab(300)), _info(tmp_path, "d", vocab(300, change={7: "other"}))
+    )
+    assert _failed(v) == {
+        "token texts": "token 7 differs: 'tok7' vs 'other' (1 of 295 ids from 5 differ)"
+    }
+    assert "token 7 differs" in compat.explain(v)
+
+
+def test_tokens_below_5_are_not_compared(tmp_path: Path) -> None:
+    v = compat.check(
+        _info(tmp_path, "t", vocab(300)), _info(tmp_path, "d", vocab(300, change={4: "x"}))
+    )
+    assert v.ok
+
+
+def test_not_a_gguf_and_truncated_header(tmp_path: Path) -> None:
+    junk = tmp_path / "model.gguf"
+    junk.write_bytes(b"<html>not found</html>" * 10)
+    with pytest.raises(LlamaspecError, match="is not a GGUF file"):
+        compat.read_local(junk)
+    whole = write_gguf(tmp_path / "w.gguf", vocab(3000)).read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[:5000])
+    with pytest.raises(LlamaspecError, match="truncated or corrupt GGUF"):
+        compat.read_local(cut)
+
+
+def test_header_reader_fetches_more_until_the_metadata_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = write_gguf(tmp_path / "w.gguf", vocab(20000), payload_bytes=1 << 20).read_bytes()
+    asked: list[int] = []
+
+    def fetch(n: int) -> bytes:
+        asked.append(n)
+        return data[:n]
+
+    monkeypatch.setattr(compat, "FIRST_READ", 64 << 10)
+    info = compat.read_header(fetch, len(data), "remote")
+    assert info.n_vocab == 20000
+    assert asked == [64 << 10, 256 << 10, 1 << 20]  # 4x more each time the metadata runs on
+    assert asked[-1] < len(data)
+
+
+# --- the catalog -------------------------------------------------------------------------
+
+
+def test_repository_catalog_is_valid() -> None:
+    models = config.load_models(ROOT)
+    assert len(models.pairs) >= 15
+    assert {p.spec for p in models.pairs.values()} == {"draft", "mtp", "ngram"}
+    all_recipes = config.load_recipes(ROOT, models)
+    assert {r.pair for r in all_recipes.values()} == set(models.pairs)
+    split = models.models["deepseek-r1-q4_k_m"].parts
+    assert len(split) == 9 and split[-1].endswith("-00009-of-00009.gguf")
+
+
+def _catalog(tmp: Path, models: dict, pairs: dict | None = None) -> Path:
+    (tmp / "models.yaml").write_text(yaml.safe_dump({"models": models, "pairs": pairs or {}}))
+    return tmp
+
+
+GOOD = {"repo": "org/x-GGUF", "file": "x.gguf", "tokenizer": "t", "license": "mit"}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"file": "../x.gguf"}, "must be a relative path inside the tree"),
+        ({"file": "/abs/x.gguf"}, "must be a relative path inside the tree"),
+        ({"file": "x.bin"}, "is not a .gguf file name"),
+        ({"repo": "org/bad name"}, "is not a Hugging Face repo id"),
+        ({"repo": "org/a--b"}, "is not a Hugging Face repo id"),
+        ({"repo": "noslash"}, "is not a Hugging Face repo id"),
+        ({"sha256": "abc"}, "not a 64-character"),
+        ({"revision": "main"}, "not a full 40-character commit SHA"),
+        ({"licence": "mit"}, "Did you mean 'license'"),
+    ],
+)
+def test_bad_model_entries(tmp_path: Path, change: dict, message: str) -> None:
+    with pytest.raises(LlamaspecError, match=message):
+        config.load_models(_catalog(tmp_path, {"x": {**GOOD, **change}}))
+
+
+def test_pair_naming_an_unknown_model(tmp_path: Path) -> None:
+    root = _catalog(tmp_path, {"qwen-7b": GOOD}, {"p": {"target": "qwen-7", "spec": "ngram"}})
+    with pytest.raises(LlamaspecError, match="Did you mean 'qwen-7b'"):
+        config.load_models(root)
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "models.yaml").write_text("models:\n  x:\n    repo: [unclosed\n")
+    with pytest.raises(LlamaspecError, match=r"models.yaml is not valid YAML at line \d+"):
+        config.load_models(tmp_path)
+
+
+# --- recipes -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(config.load_recipes(ROOT)))
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_every_recipe_renders_for_every_dialect(name: str, dialect: str) -> None:
+    """Each recipe renders, or says which setting the dialect cannot express."""
+    recipe = config.load_recipes(ROOT)[name]
+    engine = "ik_llama.cpp" if dialect.startswith("ik") else "llama.cpp"
+    try:
+        cmd = recipes.render(recipe, engine, dialect, "/m/t.gguf", "/m/d.gguf", backend="cuda")
+    except LlamaspecError as exc:
+        text = str(exc)
+        assert f"Recipe {name!r}" in text
+        assert any(w in text for w in ("does not offer", "one speculative method", "checkpoints"))
+        assert dialect != "upstream", text  # today's upstream expresses every recipe
+        return
+    argv = cmd.argv
+    assert argv[:3] == ("llama-server", "-m", "/m/t.gguf")
+    if "draft" in recipe.for_engine(engine).spec.types:
+        assert "/m/d.gguf" in argv
+    if dialect == "upstream":
+        assert "--spec-type" in argv and "--draft-max" not in argv
+    if dialect in ("upstream-legacy", "ik-legacy") and "draft" in recipe.spec.types:
+        assert "--draft-max" in argv
+
+
+def test_upstream_rendering_of_the_coder_pair() -> None:
+    recipe = config.load_recipes(ROOT)["qwen2.5-coder-7b"]
+    cmd = recipes.render(recipe, "llama.cpp", "upstream", "t.gguf", "d.gguf", backend="cuda")
+    assert cmd.shell() == (
+        "llama-server -m t.gguf --host 127.0.0.1 --port 8080 -c 32768 -np 1 -ngl 99 -fa on "
+        "--spec-type draft-simple --spec-draft-model d.gguf --spec-draft-n-max 16 "
+        "--spec-draft-n-min 0 --spec-draft-p-min 0.75 --spec-draft-ngl 99 "
+        "--spec-draft-type-k q8_0 --spec-draft-type-v q8_0"
+    )
+    cpu = recipes.render(recipe, "llama.cpp", "upstream", "t.gguf", "d.gguf", backend="cpu")
+    assert "-ngl" not in cpu.argv and "--spec-draft-ngl" not in cpu.argv
+    assert any("GPU layers dropped" in n for n in cpu.notes)
+
+
+def test_ik_dialects_and_overrides() -> None:
+    all_recipes = config.load_recipes(ROOT)
+    stacked = all_recipes["qwen2.5-coder-7b-stacked"]
+    up = recipes.render(stacked, "llama.cpp", "upstream", "t", "d")
+    assert up.argv[up.argv.index("--spec-type") + 1] == "draft-simple,ngram-mod"
+    ik = recipes.render(stacked, "ik_llama.cpp", "ik-legacy", "t", "d")  # override: draft only
+    assert "--spec-type" not in ik.argv and "-md" in ik.argv
+    mtp = recipes.render(all_recipes["qwen3.5-27b-mtp"], "ik_llama.cpp", "ik-spec-type", "t", None)
+    assert mtp.argv[-2:] == ("--spec-type", "mtp:n_max=1,n_min=0,p_min=0.0")
+    assert "--ctx-checkpoints" not in mtp.argv  # nulled for ik by the recipe
+
+
+def test_help_check_refuses_removed_and_unknown_flags() -> None:
+    help_text = (
+        "--spec-draft-n-max N                    number of tokens to draft\n"
+        "--draft, --draft-n, --draft-max N       the argument has been removed. use\n"
+        "                                        --spec-draft-n-max\n"
+        "--spec-type none,draft-simple,ngram-mod\n"
+        "                                        comma-separated list\n"
+        "-m,    --model FNAME                    model path\n"
+        "--host HOST                             address\n"
+        "--port PORT                             port\n"
+    )
+    assert dialects.accepted_flags(help_text) == {
+        "--spec-draft-n-max",
+        "--spec-type",
+        "-m",
+        "--model",
+        "--host",
+        "--port",
+    }
+    old = recipes.ServerCommand(("s", "-m", "x", "--draft-max", "8"), "upstream-legacy")
+    with pytest.raises(LlamaspecError, match="does not accept --draft-max"):
+        recipes.check_against_help(old, help_text, "llama-server")
+    mtp = recipes.ServerCommand(("s", "-m", "x", "--spec-type", "draft-mtp"), "upstream")
+    with pytest.raises(LlamaspecError, match="does not offer spec type draft-mtp"):
+        recipes.check_against_help(mtp, help_text, "llama-server")
+
+
+def test_llama_swap_entry() -> None:
+    recipe = config.load_recipes(ROOT)["qwen3-8b"]
+    cmd = recipes.render(recipe, "llama.cpp", "upstream", "/m/a b.gguf", "/m/d.gguf")
+    entry = yaml.safe_load(recipes.llama_swap("qwen3-8b", cmd))
+    body = entry["models"]["qwen3-8b"]
+    assert "--port ${PORT}" in body["cmd"] and "'/m/a b.gguf'" in body["cmd"]
+    assert body["checkEndpoint"] == "/health"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["models", "pull", "qwen2.5-coder-7"], "Did you mean 'qwen2.5-coder-7b'"),
+        (["models", "check", "lama-3.1-8b"], "Did you mean 'llama-3.1-8b'"),
+        (["recipe", "show", "qwen3-8"], "Did you mean 'qwen3-8b'"),
+        (
+            ["recipe", "show", "qwen2.5-coder-7b-ngram", "--engine", "ik_llama.cpp"],
+            "asks for spec type ngram-mod, which ik_llama.cpp",
+        ),
+        (["recipe", "show", "qwen3-8b", "--engine", "ik-llama"], "Did you mean 'ik_llama.cpp'"),
+    ],
+)
+def test_cli_bad_input(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = cli(*args, env_cache=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_check_of_two_files_names_the_rule(tmp_path: Path) -> None:
+    t = write_gguf(tmp_path / "t.gguf", vocab(300))
+    d = write_gguf(tmp_path / "d.gguf", vocab(300, change={7: "x"}))
+    proc = cli(
+        "models", "check", "--target-file", str(t), "--draft-file", str(d), env_cache=tmp_path
+    )
+    assert proc.returncode == 2
+    assert "token 7 differs: 'tok7' vs 'x'" in " ".join(proc.stderr.split())
+
+
+def test_readme_lists_every_pair_with_its_recipes() -> None:
+    readme = (ROOT / "README.md").read_text()
+    models = config.load_models(ROOT)
+    rows = {ln.split("|")[1].strip(" `"): ln for ln in readme.splitlines() if ln.startswith("| `")}
+    for name in models.pairs:
+        assert name in rows, f"README's pairs table lacks {name}"
+    for recipe in config.load_recipes(ROOT, models).values():
+        assert f"`{recipe.name}`" in rows[recipe.pair], f"README: {recipe.name} not listed"
