@@ -46,7 +46,13 @@ class Preflight:
         """Raise with every missing piece and its fix; nothing is configured."""
         if not self.failures:
             return
-        lines = " ".join(f"[{c.name}] {c.found}. Fix: {c.fix}" for c in self.failures)
+        parts, fixes = [], []
+        for c in self.failures:
+            parts.append(
+                f"[{c.name}] {c.found}." + (f" Fix: {c.fix}." if c.fix not in fixes else "")
+            )
+            fixes.append(c.fix)
+        lines = " ".join(parts)
         raise LlamaspecError(
             f"Preflight for the {self.backend} backend failed, so nothing was configured. "
             f"{lines} (`llamaspec doctor --backend {self.backend}` shows every check.)"
@@ -160,6 +166,8 @@ def probe_nvcc(path: str) -> Nvcc:
     inc = [Path(p) for p in includes] + ([Path(top) / "include"] if top else [])
     lib = [Path(p) for p in libs if not p.endswith("stubs")]
     lib += [Path(top) / d for d in ("lib64", "lib")] if top else []
+    inc = [Path(os.path.normpath(p)) for p in inc]
+    lib = [Path(os.path.normpath(p)) for p in lib]
     archs = sorted({int(n) for n in re.findall(r"compute_(\d+)", _out([path, "--list-gpu-arch"]))})
     return Nvcc(path, version, tuple(inc), tuple(lib), tuple(archs))
 
