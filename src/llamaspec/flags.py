@@ -103,7 +103,7 @@ PROFILES[("llama.cpp", "vulkan")] = {
 }
 PROFILES[("ik_llama.cpp", "vulkan")] = {
     **PROFILES[("ik_llama.cpp", "cpu")],
-    "GGML_VULKAN": Flag("ON", "build the Vulkan backend (needs Vulkan headers and glslc)"),
+    "GGML_VULKAN": Flag("ON", "build the Vulkan backend (needs Vulkan headers, glslc, SPIRV)"),
     "GGML_OPENMP": Flag("ON", "OpenMP threads for the CPU part (the reported GGML_USE_OPENMP)"),
 }
 
@@ -300,3 +300,29 @@ def _hint(d: Define, known: set[str]) -> str:
         if option in known:
             return f" Did you mean '{option}=OFF' (today's option is positive)?"
     return did_you_mean(d.name, known)
+
+
+def markdown() -> str:
+    """README's tables of every profile and variant define, generated from the data above."""
+    engines = ("llama.cpp", "ik_llama.cpp")
+    cols = [(e, b) for e in engines for b in ("cpu", "cuda", "vulkan")]
+    names = list(dict.fromkeys(n for c in cols for n in PROFILES[c]))
+    head = "| define | " + " | ".join(f"{e} {b}" for e, b in cols) + " | meaning |"
+    rows = [head, "|---" * (len(cols) + 2) + "|"]
+    for name in names:
+        cells = [f"`{PROFILES[c][name].value}`" if name in PROFILES[c] else "—" for c in cols]
+        meanings = dict.fromkeys(
+            PROFILES[c][name].meaning
+            + (" (only where the tree declares it)" if PROFILES[c][name].only_if_declared else "")
+            for c in cols
+            if name in PROFILES[c]
+        )
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " | " + " / ".join(meanings) + " |")
+    rows += ["", "| variant | engine | backends | define | meaning |", "|---|---|---|---|---|"]
+    for (engine, var), table in VARIANTS.items():
+        for name, flag in table.items():
+            where = ", ".join(flag.backends) or "all"
+            rows.append(
+                f"| `{var}` | {engine} | {where} | `{name}={flag.value}` | {flag.meaning} |"
+            )
+    return "\n".join(rows) + "\n"

@@ -222,3 +222,9 @@ def test_build_without_glslc_stops_before_fetching(tmp_path: Path) -> None:
     assert "Preflight for the vulkan backend failed, so nothing was configured" in text
     assert "[glslc] no glslc. Fix: `apt-get install glslc`" in text
     assert not (tmp_path / "d").exists() and not (tmp_path / "sources").exists()
+
+
+def test_readme_documents_every_profile_and_variant_define() -> None:
+    assert flags.markdown() in (ROOT / "README.md").read_text(), (
+        "README's profile tables are stale: paste llamaspec.flags.markdown() into README.md"
+    )
