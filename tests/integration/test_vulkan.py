@@ -50,8 +50,14 @@ def test_vulkan_smoke_passes_on_lavapipe(vulkan_build) -> None:
     assert report["accepted"] > 0
     for name, result in by_prompt.items():
         assert result["verdict"]["kind"] in ("identical", "near-tie"), name
-    log = (artifact.path / "logs" / "speculative.log").read_text(errors="replace")
-    assert re.search(r"Vulkan0.*(llvmpipe|lavapipe)|ggml_vulkan: 0 = .*llvmpipe", log), log[-3000:]
+    listed = subprocess.run(
+        [artifact.server, "--list-devices"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"},
+        check=False,
+    )
+    assert re.search(r"Vulkan0: .*llvmpipe", listed.stdout), listed.stdout + listed.stderr
 
 
 def test_vulkan_manifest_records_backend_defines_and_headers(vulkan_build) -> None:
@@ -76,8 +82,8 @@ def test_vulkan_manifest_records_backend_defines_and_headers(vulkan_build) -> No
 
 
 @contextlib.contextmanager
-def rpc_server(artifact: Artifact, log: Path) -> Iterator[int]:
-    """`rpc-server` on a loopback port with the CPU device; yields the port."""
+def rpc_server(artifact: Artifact, log: Path) -> Iterator[tuple[int, subprocess.Popen]]:
+    """`rpc-server` on a loopback port with the CPU device; yields the port and process."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "GGML_VK_VISIBLE_DEVICES"}
     with log.open("w") as fh:
@@ -95,7 +101,7 @@ def rpc_server(artifact: Artifact, log: Path) -> Iterator[int]:
                 break
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        yield port
+        yield port, proc
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -112,7 +118,7 @@ def test_draft_model_on_rpc_server_speculates_and_matches(vulkan_build, gemma_pa
     )
     spec = dialects.spec_args("upstream", settings)
     base = smoke.base_args(gemma_path)
-    with rpc_server(artifact, tmp_path / "rpc-server.log") as port:
+    with rpc_server(artifact, tmp_path / "rpc-server.log") as (port, rpc):
         endpoint = f"{HOST}:{port}"
         listed = subprocess.run(
             [artifact.server, "--rpc", endpoint, "--list-devices"],
@@ -120,21 +126,26 @@ def test_draft_model_on_rpc_server_speculates_and_matches(vulkan_build, gemma_pa
             text=True,
             check=False,
         )
-        device = re.search(r"^\s*(RPC\S*?):", listed.stdout + listed.stderr, re.M)
+        device = re.search(r"^\s*(RPC\d+\[[^\]]+\]):", listed.stdout, re.M)
         assert device, listed.stdout + listed.stderr
         remote = ["--rpc", endpoint, "-dev", "none", "-devd", device.group(1)]
         with running(artifact.server, [*base, "-dev", "none"], tmp_path / "ref.log") as ref:
             refs = [smoke.complete(ref, p) for p in smoke.SMOKE_PROMPTS]
             with running(artifact.server, [*base, *remote, *spec], tmp_path / "spec.log") as sp:
                 specs = [smoke.complete(sp, p) for p in smoke.SMOKE_PROMPTS]
+                held_mib = _rss_mib(rpc.pid)
             verdicts = []
             for p, r, s in zip(smoke.SMOKE_PROMPTS, refs, specs, strict=True):
                 pos = smoke.divergence(r, s)
                 near = pos is not None and pos < len(r.tokens)
                 top = smoke.top_logprobs_at(ref, p, pos) if near else None
                 verdicts.append(smoke.classify(r, s, top))
-    spec_log = (tmp_path / "spec.log").read_text(errors="replace")
-    assert re.search(rf"{re.escape(device.group(1))}.*buffer size", spec_log), spec_log[-3000:]
+    assert held_mib > 100, f"rpc-server held only {held_mib} MiB: the draft is not on it"
     assert sum(s.draft_n or 0 for s in specs) > 0
     assert sum(s.draft_accepted or 0 for s in specs) > 0
     assert [v.kind for v in verdicts] == ["identical"] * len(verdicts), verdicts
+
+
+def _rss_mib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) // 1024  # type: ignore[union-attr]
