@@ -123,8 +123,15 @@ def resolve_options(spec: BuildSpec, engine: str) -> Options:
     )
 
 
-# Lavapipe runs shaders on the CPU: the Vulkan smoke asks for fewer tokens.
+# Lavapipe runs shaders on the CPU and compiles each pipeline on first use (minutes on
+# small machines): the Vulkan smoke asks for fewer tokens and leaves flash attention (the
+# largest shader) off; each setting applies only when the environment does not set it.
 VULKAN_N_PREDICT = 32
+VULKAN_SMOKE_ENV = (
+    ("GGML_VK_VISIBLE_DEVICES", "0", "Vulkan device 0; ggml-vulkan hides lavapipe otherwise"),
+    ("LLAMA_ARG_FLASH_ATTN", "off", "no flash-attention pipeline to compile"),
+    ("LLAMASPEC_SERVER_READY_TIMEOUT", "3600", "a cold lavapipe start compiles pipelines"),
+)
 
 
 def run_smoke(
@@ -134,10 +141,10 @@ def run_smoke(
     prompts = smoke.SMOKE_PROMPTS
     if artifact.manifest.get("backend") == "vulkan":
         prompts = tuple(replace(p, n_predict=VULKAN_N_PREDICT) for p in prompts)
-        if "GGML_VK_VISIBLE_DEVICES" not in os.environ:
-            # ggml-vulkan hides CPU-type devices (lavapipe) unless they are listed
-            os.environ["GGML_VK_VISIBLE_DEVICES"] = "0"
-            console.print("smoke: GGML_VK_VISIBLE_DEVICES=0 (Vulkan device 0, lavapipe included)")
+        for name, value, why in VULKAN_SMOKE_ENV:
+            if name not in os.environ:
+                os.environ[name] = value
+                console.print(f"smoke: {name}={value} ({why})")
     return smoke.smoke(
         artifact, dialect_for(artifact, console, root), model, artifact.path, console, prompts
     )
