@@ -119,9 +119,8 @@ def build(
     flags.check_known(defines, declared)
     aid = artifact_id(engine, patched, backend, defines, tools)
     out = dist / aid
-    extra_targets = [
-        "rpc-server" for d in defines if d.name == "GGML_RPC" and d.value.upper() == "ON"
-    ]
+    rpc_on = any(d.name == "GGML_RPC" and d.value.upper() == "ON" for d in defines)
+    extra_targets = rpc_targets(patched.path) if rpc_on else []
     if (out / "manifest.json").is_file():
         art = load_artifact(dist, aid)
         if (
@@ -215,6 +214,18 @@ def _read_cache(path: Path) -> dict[str, str]:
         if m:
             entries[m.group(1)] = m.group(2)
     return entries
+
+
+RPC_SERVER_NAMES = ("rpc-server", "ggml-rpc-server")  # the target's name varies by tree
+
+
+def rpc_targets(tree: Path) -> list[str]:
+    """The RPC server target(s) this tree declares (`ggml-rpc-server` upstream at b11312)."""
+    found = []
+    for cml in (*tree.glob("tools/rpc/CMakeLists.txt"), *tree.glob("examples/rpc/CMakeLists.txt")):
+        text = cml.read_text(errors="replace")
+        found += [n for n in RPC_SERVER_NAMES if re.search(rf"[(\s]{n}[\s)]", text)]
+    return found
 
 
 def compile_target(
@@ -317,7 +328,7 @@ def install(
     (tmp / "bin").mkdir(parents=True)
     (tmp / "lib").mkdir()
     shutil.copy2(server, tmp / "bin" / engine.server_target)
-    extra_bins = [b for b in ("rpc-server",) if (bin_dir / b).is_file()]
+    extra_bins = [b for b in RPC_SERVER_NAMES if (bin_dir / b).is_file()]
     for name in extra_bins:
         shutil.copy2(bin_dir / name, tmp / "bin" / name)
     # Shared libraries land in bin/ (llama.cpp) or next to their targets (ik_llama.cpp).
