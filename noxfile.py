@@ -115,3 +115,22 @@ def docker_smoke(session: nox.Session) -> None:
     """Smoke-test an image: `nox -s docker-smoke -- IMAGE` (speculation on, outputs identical)."""
     _install(session, "embedded")
     session.run("llamaspec", "docker", "smoke", *session.posargs)
+
+
+@nox.session(name="build-cuda")
+def build_cuda(session: nox.Session) -> None:
+    """Build and smoke-test llama-server with CUDA (`-- --cuda-arch 86` picks GPU archs)."""
+    _build(session, "cuda")
+
+
+@nox.session(name="build-vulkan")
+def build_vulkan(session: nox.Session) -> None:
+    """Build and smoke-test llama-server with Vulkan (lavapipe works: see README)."""
+    _build(session, "vulkan")
+
+
+@nox.session
+def doctor(session: nox.Session) -> None:
+    """Toolchain preflight: `nox -s doctor -- [--backend vulkan] [--fix-vulkan-headers]`."""
+    _install(session)
+    session.run("llamaspec", "doctor", *session.posargs)

@@ -85,7 +85,7 @@ def artifact_id(
         "content": patched.source.content_key if patched.source.origin == "local" else None,
         "patches": [(p.id, p.sha256) for p in patched.applied],
         "backend": backend,
-        "defines": sorted((d.name, d.value) for d in defines),
+        "defines": sorted((d.name, d.key or d.value) for d in defines),
         "compiler": tools.cxx_version,
         "cmake": tools.cmake_version,
         "target": engine.server_target,
@@ -104,30 +104,42 @@ def build(
     jobs: int | None,
     console: Console,
     variants: Sequence[str] = (),
+    internal: Sequence[flags.Define] = (),
+    manifest_extra: dict | None = None,
 ) -> Artifact:
-    """Configure and build the server, install it into dist/<id>/ (a no-op when it exists)."""
+    """Configure and build the server, install it into dist/<id>/ (a no-op when it exists).
+
+    `internal`: defines preflight found necessary (e.g. private header dirs)."""
     declared = flags.tree_options(patched.path)
     defines = [
         *flags.merge(engine.name, backend, extra, declared, variants),
         *internal_defines(engine, patched),
+        *internal,
     ]
     flags.check_known(defines, declared)
     aid = artifact_id(engine, patched, backend, defines, tools)
     out = dist / aid
+    rpc_on = any(d.name == "GGML_RPC" and d.value.upper() == "ON" for d in defines)
+    extra_targets = rpc_targets(patched.path) if rpc_on else []
     if (out / "manifest.json").is_file():
         art = load_artifact(dist, aid)
-        if art.server.is_file() and sha256_file(art.server) == art.manifest["binary_sha256"]:
+        if (
+            art.server.is_file()
+            and sha256_file(art.server) == art.manifest["binary_sha256"]
+            and all((out / "bin" / t).is_file() for t in extra_targets)
+        ):
             console.print(f"build: {aid} is up to date at {out} (nothing to compile)")
             return art
     build_dir = cache_dir() / "build" / aid
     build_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     configure(patched.path, build_dir, defines, tools, console)
+    archs = _read_cache(build_dir / "CMakeCache.txt").get("CMAKE_CUDA_ARCHITECTURES")
     t1 = time.monotonic()
     stamp = {
         d.name: d.value for d in defines if d.name in ("LLAMA_BUILD_COMMIT", "LLAMA_BUILD_NUMBER")
     }
-    compile_target(build_dir, engine.server_target, tools, jobs, console, stamp)
+    compile_target(build_dir, engine.server_target, tools, jobs, console, stamp, extra_targets)
     t2 = time.monotonic()
     manifest = {
         "artifact_id": aid,
@@ -138,7 +150,9 @@ def build(
         "patches": [asdict(p) for p in patched.patches],
         "backend": backend,
         "variants": list(variants),
+        "cuda_archs": archs if backend == "cuda" else None,
         "defines": [asdict(d) for d in defines],
+        **(manifest_extra or {}),
         "toolchain": {
             "cmake": tools.cmake_version,
             "ninja": tools.ninja_version,
@@ -202,6 +216,18 @@ def _read_cache(path: Path) -> dict[str, str]:
     return entries
 
 
+RPC_SERVER_NAMES = ("rpc-server", "ggml-rpc-server")  # the target's name varies by tree
+
+
+def rpc_targets(tree: Path) -> list[str]:
+    """The RPC server target(s) this tree declares (`ggml-rpc-server` upstream at b11312)."""
+    found = []
+    for cml in (*tree.glob("tools/rpc/CMakeLists.txt"), *tree.glob("examples/rpc/CMakeLists.txt")):
+        text = cml.read_text(errors="replace")
+        found += [n for n in RPC_SERVER_NAMES if re.search(rf"[(\s]{n}[\s)]", text)]
+    return found
+
+
 def compile_target(
     build_dir: Path,
     target: str,
@@ -209,9 +235,10 @@ def compile_target(
     jobs: int | None,
     console: Console,
     env_extra: dict[str, str] | None = None,
+    extra_targets: Sequence[str] = (),
 ) -> None:
     """Run the build with a progress bar (ninja's step counter); show the first error."""
-    cmd = [tools.cmake, "--build", str(build_dir), "--target", target]
+    cmd = [tools.cmake, "--build", str(build_dir), "--target", target, *extra_targets]
     if jobs:
         cmd += ["-j", str(jobs)]
     log_path = build_dir / "build.log"
@@ -301,7 +328,7 @@ def install(
     (tmp / "bin").mkdir(parents=True)
     (tmp / "lib").mkdir()
     shutil.copy2(server, tmp / "bin" / engine.server_target)
-    extra_bins = [b for b in ("rpc-server",) if (bin_dir / b).is_file()]
+    extra_bins = [b for b in RPC_SERVER_NAMES if (bin_dir / b).is_file()]
     for name in extra_bins:
         shutil.copy2(bin_dir / name, tmp / "bin" / name)
     # Shared libraries land in bin/ (llama.cpp) or next to their targets (ik_llama.cpp).

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from . import __version__, cli_docker, cli_models, cli_patches, cli_verify, config
+from . import __version__, cli_docker, cli_doctor, cli_models, cli_patches, cli_verify, config
 from .build import load_artifact
 from .errors import LlamaspecError
 from .pipeline import BuildSpec, newest_artifact, run_build, run_smoke
@@ -52,6 +52,11 @@ def _build_parser(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="profile variant: fast-build (ik), portable, rpc (repeatable)",
     )
+    p.add_argument(
+        "--cuda-arch",
+        metavar="ARCHS",
+        help="CUDA archs: native, all, all-major or SM numbers like '86;89' (backend cuda)",
+    )
     p.add_argument("--jobs", "-j", type=int, help="parallel compile jobs")
     p.add_argument("--dist", type=Path, default=Path("dist"), help="output folder (dist/)")
     p.add_argument("--no-smoke", action="store_true", help="skip the smoke test")
@@ -75,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli_patches.add_parsers(sub)
     cli_models.add_parsers(sub)
     cli_docker.add_parsers(sub)
+    cli_doctor.add_parsers(sub)
     args = parser.parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
     try:
@@ -83,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             or cli_patches.dispatch(args, console)
             or cli_models.dispatch(args, console)
             or cli_docker.dispatch(args, console)
+            or cli_doctor.dispatch(args, console)
         ):
             pass
         elif args.command == "build":
@@ -102,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     smoke=not args.no_smoke,
                     patch_source=args.patch_source,
                     variants=tuple(args.variant),
+                    cuda_arch=args.cuda_arch,
                 ),
                 console,
             )

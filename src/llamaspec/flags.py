@@ -15,11 +15,15 @@ BOOL_VALUES = {"ON", "OFF", "TRUE", "FALSE", "YES", "NO", "1", "0"}
 
 @dataclass(frozen=True)
 class Define:
-    """One CMake cache define and where it came from (for error messages and the manifest)."""
+    """One CMake cache define and where it came from (for error messages and the manifest).
+
+    `key` replaces the value in the artifact id where the value is a path on this machine
+    (e.g. the private Vulkan header prefix): the id names what it is, not where it lies."""
 
     name: str
     value: str
     origin: str
+    key: str | None = None
 
     @property
     def arg(self) -> str:
@@ -31,6 +35,7 @@ class Flag:
     value: str
     meaning: str
     only_if_declared: bool = False  # set only where the tree declares it (older/newer pins)
+    backends: tuple[str, ...] = ()  # variants: only for these backends (empty: all)
 
 
 # Profiles are data: every define with what it does. `(engine, backend)` → {define: Flag}.
@@ -58,6 +63,49 @@ PROFILES: dict[tuple[str, str], dict[str, Flag]] = {
         ),
     },
 }
+_BLAS_OFF = Flag("OFF", "no BLAS library: the GPU backend does the large matrix products")
+_ONE_COPY = Flag(
+    "1", "one input copy per split for pipeline parallelism (less VRAM; one GPU needs no more)"
+)
+PROFILES[("llama.cpp", "cuda")] = {
+    **PROFILES[("llama.cpp", "cpu")],
+    "GGML_CUDA": Flag("ON", "build the CUDA backend (needs nvcc and cuBLAS)"),
+    "GGML_BLAS": _BLAS_OFF,
+    "GGML_CUDA_FA_QUANTS": Flag(
+        "all",
+        "flash-attention kernels for every K/V cache type pair (today's spelling of the "
+        "deprecated GGML_CUDA_FA_ALL_QUANTS=ON); fast-build narrows it",
+    ),
+    "GGML_SCHED_MAX_COPIES": _ONE_COPY,
+    "GGML_CUDA_GRAPHS": Flag(
+        "ON", "CUDA graphs cut kernel-launch overhead in token generation (OFF to disable)"
+    ),
+}
+PROFILES[("ik_llama.cpp", "cuda")] = {
+    **PROFILES[("ik_llama.cpp", "cpu")],
+    "GGML_CUDA": Flag("ON", "build the CUDA backend (needs nvcc and cuBLAS)"),
+    "GGML_BLAS": _BLAS_OFF,
+    "GGML_CUDA_FA_ALL_QUANTS": Flag(
+        "ON", "flash-attention kernels for every K/V cache type pair (quantised KV caches)"
+    ),
+    "GGML_SCHED_MAX_COPIES": _ONE_COPY,
+    "GGML_CUDA_IQK_FORCE_BF16": Flag(
+        "ON", "bf16 cuBLAS where no MMQ kernel exists (avoids fp16 overflow on some models)"
+    ),
+    "GGML_CUDA_MIN_BATCH_OFFLOAD": Flag(
+        "64", "offload CPU-resident weights to the GPU for batches of at least 64 tokens"
+    ),
+}
+PROFILES[("llama.cpp", "vulkan")] = {
+    **PROFILES[("llama.cpp", "cpu")],
+    "GGML_VULKAN": Flag("ON", "build the Vulkan backend (needs Vulkan headers, glslc, SPIRV)"),
+    "GGML_OPENMP": Flag("ON", "OpenMP threads for the CPU part (the reported GGML_USE_OPENMP)"),
+}
+PROFILES[("ik_llama.cpp", "vulkan")] = {
+    **PROFILES[("ik_llama.cpp", "cpu")],
+    "GGML_VULKAN": Flag("ON", "build the Vulkan backend (needs Vulkan headers, glslc, SPIRV)"),
+    "GGML_OPENMP": Flag("ON", "OpenMP threads for the CPU part (the reported GGML_USE_OPENMP)"),
+}
 
 
 # Named variants, layered on the profile: (engine, variant) → {define: Flag}.
@@ -67,6 +115,17 @@ VARIANTS: dict[tuple[str, str], dict[str, Flag]] = {
             "OFF",
             "compile the IQK flash-attention CPU kernels for the common K/V cache types only, "
             "not every quant (ggml/src/iqk/fa/* take minutes each on small machines)",
+        ),
+        "GGML_CUDA_FA_ALL_QUANTS": Flag(
+            "OFF", "CUDA flash-attention kernels for the common K/V types only", False, ("cuda",)
+        ),
+    },
+    ("llama.cpp", "fast-build"): {
+        "GGML_CUDA_FA_QUANTS": Flag(
+            "f16-f16;q8_0-q8_0",
+            "CUDA flash-attention kernels for f16 and q8_0 K/V caches only",
+            False,
+            ("cuda",),
         ),
     },
     ("llama.cpp", "portable"): {
@@ -96,6 +155,20 @@ def _lookup(
 
 def variant(engine: str, name: str) -> dict[str, Flag]:
     return _lookup(VARIANTS, engine, name, "variant")
+
+
+def variant_flags(engine: str, name: str, backend: str) -> dict[str, Flag]:
+    """A variant's flags that apply to `backend`; a variant with none for it is an error."""
+    layer = {
+        k: f for k, f in variant(engine, name).items() if not f.backends or backend in f.backends
+    }
+    if not layer:
+        wanted = sorted({b for f in variant(engine, name).values() for b in f.backends})
+        raise LlamaspecError(
+            f"Variant {name!r} changes nothing for {engine} with backend {backend!r}; it applies "
+            f"to backend(s) {', '.join(wanted)}. Drop --variant {name} or pick that backend."
+        )
+    return layer
 
 
 def profile(engine: str, backend: str) -> dict[str, Flag]:
@@ -136,7 +209,8 @@ def merge(
         if not (flag.only_if_declared and declared is not None and name not in declared)
     }
     for name in variants:
-        for define, flag in variant(engine, name).items():
+        layer = variant_flags(engine, name, backend)
+        for define, flag in layer.items():
             merged[define] = Define(define, flag.value, f"variant {name}")
     for d in extras:
         merged[d.name] = d
@@ -209,10 +283,46 @@ def check_known(defines: Iterable[Define], known: set[str]) -> None:
     ]
     if bad:
         lines = [
-            f"{d.name} (from {d.origin}) is not an option of this tree."
-            + did_you_mean(d.name, known)
+            f"{d.name} (from {d.origin}) is not an option of this tree." + _hint(d, known)
             for d in bad
         ]
         raise LlamaspecError(
             " ".join(lines) + " Fix the spelling or drop the define; nothing was configured."
         )
+
+
+# Negated spellings users carry over from old instructions → the positive option of today.
+INVERTED = {"GGML_CUDA_DISABLE_GRAPHS": ("GGML_CUDA_GRAPHS", "GGML_CUDA_USE_GRAPHS")}
+
+
+def _hint(d: Define, known: set[str]) -> str:
+    for option in INVERTED.get(d.name, ()):
+        if option in known:
+            return f" Did you mean '{option}=OFF' (today's option is positive)?"
+    return did_you_mean(d.name, known)
+
+
+def markdown() -> str:
+    """README's tables of every profile and variant define, generated from the data above."""
+    engines = ("llama.cpp", "ik_llama.cpp")
+    cols = [(e, b) for e in engines for b in ("cpu", "cuda", "vulkan")]
+    names = list(dict.fromkeys(n for c in cols for n in PROFILES[c]))
+    head = "| define | " + " | ".join(f"{e} {b}" for e, b in cols) + " | meaning |"
+    rows = [head, "|---" * (len(cols) + 2) + "|"]
+    for name in names:
+        cells = [f"`{PROFILES[c][name].value}`" if name in PROFILES[c] else "—" for c in cols]
+        meanings = dict.fromkeys(
+            PROFILES[c][name].meaning
+            + (" (only where the tree declares it)" if PROFILES[c][name].only_if_declared else "")
+            for c in cols
+            if name in PROFILES[c]
+        )
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " | " + " / ".join(meanings) + " |")
+    rows += ["", "| variant | engine | backends | define | meaning |", "|---|---|---|---|---|"]
+    for (engine, var), table in VARIANTS.items():
+        for name, flag in table.items():
+            where = ", ".join(flag.backends) or "all"
+            rows.append(
+                f"| `{var}` | {engine} | {where} | `{name}={flag.value}` | {flag.meaning} |"
+            )
+    return "\n".join(rows) + "\n"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
 
+from . import backends, config, flags, patches, preflight, smoke, sources, toolchain, userconfig
 from . import build as build_stage
-from . import config, flags, patches, smoke, sources, toolchain
 from . import lock as lockfile
 from .dialects import probe_dialect
 from .embedded import embedded_model
@@ -34,21 +35,20 @@ class BuildSpec:
     smoke: bool = True
     patch_source: str | None = None
     variants: tuple[str, ...] = ()
+    cuda_arch: str | None = None
 
 
 def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> build_stage.Artifact:
     engines = config.load_engines(root)
     engine = engines[choose("engine", spec.engine, engines)]
-    choose("backend", spec.backend, ("cpu", "cuda", "vulkan"))
-    extra = [flags.parse_define(d, "--define") for d in spec.defines]
-    flags.profile(engine.name, spec.backend)
-    for name in spec.variants:
-        flags.variant(engine.name, name)
+    backend = backends.check_backend(spec.backend)
+    resolved = resolve_options(spec, engine.name)
     series = config.load_series(root)
     selected = patches.select(
         series, engine.name, spec.patch, spec.no_patch, spec.no_default_patches
     )
     tools = toolchain.detect()
+    preflight.run(backend, tools, None, resolved.archs, resolved.defines).require()
     say = console.print
     locked = lockfile.load(root or _root())
     lockfile.check_pin(engine, spec.pin or engine.pin, locked)
@@ -62,16 +62,22 @@ def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> bu
         lock=locked,
         patch_source=spec.patch_source,
     )
+    checked = preflight.run(backend, tools, patched.path, resolved.archs, resolved.defines)
+    for check in checked.checks:
+        console.print(f"preflight: {check.name}: {check.found}")
+    checked.require()
     artifact = build_stage.build(
         engine,
         patched,
-        spec.backend,
-        extra,
+        backend,
+        resolved.defines,
         tools,
         spec.dist,
-        spec.jobs,
+        resolved.jobs,
         console,
-        variants=spec.variants,
+        variants=resolved.variants,
+        internal=checked.defines,
+        manifest_extra={"preflight": checked.summary(), "user_config": resolved.config_file},
     )
     console.print(f"artifact: {artifact.id} → {artifact.path}")
     if spec.smoke:
@@ -79,12 +85,68 @@ def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> bu
     return artifact
 
 
+@dataclass(frozen=True)
+class Options:
+    """Build options after layering: CLI > user config > profile."""
+
+    defines: tuple[flags.Define, ...]
+    variants: tuple[str, ...]
+    archs: tuple[str, ...] | None
+    jobs: int | None
+    config_file: str | None
+
+
+def resolve_options(spec: BuildSpec, engine: str) -> Options:
+    """Merge the user config under the CLI and validate it all before any work starts."""
+    user, path = userconfig.load()
+    mine = user.for_backend(spec.backend)
+    origin = f"user config {path}"
+    extra = [flags.parse_define(f"{k}={v}", origin) for k, v in mine.defines.items()]
+    arch_text, arch_origin = (
+        (spec.cuda_arch, "--cuda-arch") if spec.cuda_arch else (mine.cuda_arch, origin)
+    )
+    if arch_text:
+        archs = backends.parse_cuda_arch(arch_text, arch_origin)
+        extra.append(backends.cuda_arch_define(archs, arch_origin))
+    extra += [flags.parse_define(d, "--define") for d in spec.defines]
+    final_arch = [d for d in extra if d.name == "CMAKE_CUDA_ARCHITECTURES"]
+    archs_final = (
+        backends.parse_cuda_arch(final_arch[-1].value, final_arch[-1].origin)
+        if final_arch
+        else None
+    )
+    variants = spec.variants or tuple(mine.variants or ())
+    merged = flags.merge(engine, spec.backend, extra, None, variants)
+    backends.check_conflicts(spec.backend, merged)
+    return Options(
+        tuple(extra), variants, archs_final, spec.jobs or user.jobs, str(path) if path else None
+    )
+
+
+# Lavapipe runs shaders on the CPU and compiles each pipeline on first use (minutes on
+# small machines): the Vulkan smoke asks for fewer tokens and leaves flash attention (the
+# largest shader) off; each setting applies only when the environment does not set it.
+VULKAN_N_PREDICT = 32
+VULKAN_SMOKE_ENV = (
+    ("GGML_VK_VISIBLE_DEVICES", "0", "Vulkan device 0; ggml-vulkan hides lavapipe otherwise"),
+    ("LLAMA_ARG_FLASH_ATTN", "off", "no flash-attention pipeline to compile"),
+    ("LLAMASPEC_SERVER_READY_TIMEOUT", "3600", "a cold lavapipe start compiles pipelines"),
+)
+
+
 def run_smoke(
     artifact: build_stage.Artifact, console: Console, root: Path | None = None
 ) -> smoke.SmokeReport:
     model = embedded_model(console.print)
+    prompts = smoke.SMOKE_PROMPTS
+    if artifact.manifest.get("backend") == "vulkan":
+        prompts = tuple(replace(p, n_predict=VULKAN_N_PREDICT) for p in prompts)
+        for name, value, why in VULKAN_SMOKE_ENV:
+            if name not in os.environ:
+                os.environ[name] = value
+                console.print(f"smoke: {name}={value} ({why})")
     return smoke.smoke(
-        artifact, dialect_for(artifact, console, root), model, artifact.path, console
+        artifact, dialect_for(artifact, console, root), model, artifact.path, console, prompts
     )
 
 

@@ -70,10 +70,14 @@ def running(
     server_bin: Path,
     args: Sequence[str],
     log: Path,
-    ready_timeout: float = 900,
+    ready_timeout: float | None = None,
     env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
-    """Start `server_bin args` on a free loopback port; yield once /health says ok; stop it."""
+    """Start `server_bin args` on a free loopback port; yield once /health says ok; stop it.
+
+    The start-up limit defaults to LLAMASPEC_SERVER_READY_TIMEOUT seconds, else 900."""
+    if ready_timeout is None:
+        ready_timeout = float(os.environ.get("LLAMASPEC_SERVER_READY_TIMEOUT", "900"))
     port = free_port()
     argv = [str(Path(server_bin).resolve()), *args, "--host", HOST, "--port", str(port)]
     log.parent.mkdir(parents=True, exist_ok=True)

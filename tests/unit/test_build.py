@@ -151,5 +151,5 @@ def test_variants_layer_between_profile_and_cli() -> None:
     cli = [flags.parse_define("GGML_IQK_FA_ALL_QUANTS=ON", "--define")]
     over = {d.name: d for d in flags.merge("ik_llama.cpp", "cpu", cli, variants=["fast-build"])}
     assert over["GGML_IQK_FA_ALL_QUANTS"].value == "ON"
-    with pytest.raises(LlamaspecError, match="No 'fast-build' variant for llama.cpp"):
-        flags.merge("llama.cpp", "cpu", [], variants=["fast-build"])
+    with pytest.raises(LlamaspecError, match="No 'portable' variant for ik_llama.cpp"):
+        flags.merge("ik_llama.cpp", "cpu", [], variants=["portable"])
