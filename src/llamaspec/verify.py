@@ -278,7 +278,8 @@ def verify(
                 continue
             argv = [*dialects.spec_args(dialect, m.settings), *m.tuning]
             dialects.check_help(argv, help_text, str(artifact.server))
-            res = MethodResult(m.name, argv)
+            # Reports name model files, never this machine's paths.
+            res = MethodResult(m.name, [Path(a).name if Path(a).is_file() else a for a in argv])
             with running(artifact.server, [*base, *argv], logs / f"{m.name}.log") as srv:
                 for mode, parallel in (("sequential", False), ("parallel", True)):
                     if modes and mode not in modes:
