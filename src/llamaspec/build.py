@@ -25,6 +25,8 @@ from .paths import cache_dir
 from .sources import sha256_file
 from .toolchain import Toolchain
 
+BUILD_SUBDIR = ".llamaspec-build"
+
 Say = Callable[[str], None]
 NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 
@@ -130,8 +132,7 @@ def build(
         ):
             console.print(f"build: {aid} is up to date at {out} (nothing to compile)")
             return art
-    build_dir = cache_dir() / "build" / aid
-    build_dir.mkdir(parents=True, exist_ok=True)
+    build_dir = build_dir_for(patched.path, aid)
     t0 = time.monotonic()
     configure(patched.path, build_dir, defines, tools, console)
     archs = _read_cache(build_dir / "CMakeCache.txt").get("CMAKE_CUDA_ARCHITECTURES")
@@ -139,7 +140,8 @@ def build(
     stamp = {
         d.name: d.value for d in defines if d.name in ("LLAMA_BUILD_COMMIT", "LLAMA_BUILD_NUMBER")
     }
-    compile_target(build_dir, engine.server_target, tools, jobs, console, stamp, extra_targets)
+    env = {**stamp, **ccache_env(patched.path)}
+    compile_target(build_dir, engine.server_target, tools, jobs, console, env, extra_targets)
     t2 = time.monotonic()
     manifest = {
         "artifact_id": aid,
@@ -163,6 +165,46 @@ def build(
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     return install(build_dir, engine, out, manifest, console)
+
+
+def build_dir_for(tree: Path, aid: str) -> Path:
+    """The build directory of `aid`; `cache/build/<aid>` always leads to it.
+
+    In trees llamaspec owns (fetched or patched, under the cache) it lives inside the tree,
+    `<tree>/.llamaspec-build/<aid>`: with ccache's base_dir at the tree, every compile command
+    then reads the same relative paths whatever the tree is called, so after a one-line
+    patch change ccache recompiles one file, not the whole tree. A user's own checkout is
+    not written into: its build directory is `cache/build/<aid>` itself."""
+    link = cache_dir() / "build" / aid
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not tree.resolve().is_relative_to(cache_dir().resolve()):
+        if link.is_symlink():
+            link.unlink()
+        link.mkdir(exist_ok=True)
+        return link
+    real = tree / BUILD_SUBDIR / aid
+    real.mkdir(parents=True, exist_ok=True)
+    exclude = tree / ".git" / "info" / "exclude"
+    if exclude.parent.is_dir() and f"/{BUILD_SUBDIR}/" not in (
+        exclude.read_text() if exclude.is_file() else ""
+    ):
+        with exclude.open("a") as f:
+            f.write(f"/{BUILD_SUBDIR}/\n")
+    if link.is_symlink() and link.resolve() == real.resolve():
+        return real
+    if link.is_symlink():
+        link.unlink()
+    elif link.exists():
+        shutil.rmtree(link)  # a build dir of the older layout: its objects had other paths
+    link.symlink_to(real, target_is_directory=True)
+    return real
+
+
+def ccache_env(tree: Path) -> dict[str, str]:
+    """ccache sees paths under `tree` as relative ones (see build_dir_for)."""
+    if tree.resolve().is_relative_to(cache_dir().resolve()):
+        return {"CCACHE_BASEDIR": str(tree.resolve())}
+    return {}
 
 
 def configure(

@@ -67,8 +67,8 @@ def _build_tool(artifact: Artifact, tools_dir: Path, console: Console) -> None:
     ]
     defines = [d for d in defines if d.name != "LLAMA_BUILD_TESTS"]
     defines.append(flags.Define("LLAMA_BUILD_TESTS", "ON", f"llamaspec ({TOOL})"))
-    tools_dir.mkdir(parents=True, exist_ok=True)
+    tools_dir = build_stage.build_dir_for(tree, tools_dir.name)
     tc = detect()
     console.print(f"hybrid: building {TOOL} from {tree}")
     build_stage.configure(tree, tools_dir, defines, tc, console)
-    build_stage.compile_target(tools_dir, TOOL, tc, None, console)
+    build_stage.compile_target(tools_dir, TOOL, tc, None, console, build_stage.ccache_env(tree))

@@ -205,7 +205,13 @@ def apply(
         tmp.rmdir()
         # A plain copy, not a clone: mirrors may lack large blobs (models/*.gguf) that a
         # checkout would need, and the copy keeps whatever the source tree has.
-        shutil.copytree(source.path, tmp, symlinks=True)
+        shutil.copytree(
+            source.path,
+            tmp,
+            symlinks=True,
+            # build directories inside the source tree stay behind (see build.build_dir_for)
+            ignore=lambda d, names: [".llamaspec-build"] if Path(d) == source.path else [],
+        )
         gitutil.git("update-index", "-q", "--refresh", cwd=tmp, check=False)
         for entry, why, texts, digest, label in decided:
             if why:

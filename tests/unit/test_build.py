@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,42 @@ def test_variants_layer_between_profile_and_cli() -> None:
     assert over["GGML_IQK_FA_ALL_QUANTS"].value == "ON"
     with pytest.raises(LlamaspecError, match="No 'portable' variant for ik_llama.cpp"):
         flags.merge("ik_llama.cpp", "cpu", [], variants=["portable"])
+
+
+def test_build_dir_lives_inside_trees_llamaspec_owns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(cache))
+    owned = cache / "work" / "llama.cpp" / "abc-123"
+    (owned / ".git" / "info").mkdir(parents=True)
+    old = cache / "build" / "llamacpp-cpu-1"
+    old.mkdir(parents=True)  # the older layout: a real directory
+    (old / "CMakeCache.txt").write_text("stale")
+    got = build.build_dir_for(owned, "llamacpp-cpu-1")
+    assert got == owned / build.BUILD_SUBDIR / "llamacpp-cpu-1" and got.is_dir()
+    assert old.is_symlink() and old.resolve() == got.resolve()
+    assert not (got / "CMakeCache.txt").exists()
+    assert f"/{build.BUILD_SUBDIR}/" in (owned / ".git" / "info" / "exclude").read_text()
+    assert build.build_dir_for(owned, "llamacpp-cpu-1") == got  # idempotent
+    assert build.ccache_env(owned) == {"CCACHE_BASEDIR": str(owned.resolve())}
+    # two trees that differ only in name give the same relative paths from their build dirs
+    other = cache / "work" / "llama.cpp" / "abc-456"
+    other.mkdir(parents=True)
+    rel = [
+        Path(os.path.relpath(t / "ggml" / "src" / "ggml.c", d))
+        for t, d in ((owned, got), (other, build.build_dir_for(other, "llamacpp-cpu-2")))
+    ]
+    assert rel[0] == rel[1] == Path("../../ggml/src/ggml.c")
+
+
+def test_a_users_own_checkout_is_not_written_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    checkout = tmp_path / "my-llama.cpp"
+    checkout.mkdir()
+    got = build.build_dir_for(checkout, "llamacpp-cpu-9")
+    assert got == tmp_path / "cache" / "build" / "llamacpp-cpu-9" and not got.is_symlink()
+    assert not (checkout / build.BUILD_SUBDIR).exists()
+    assert build.ccache_env(checkout) == {}
