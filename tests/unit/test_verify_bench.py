@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from llamaspec import bench, dialects, verify
@@ -51,3 +54,29 @@ def test_verify_prompts_cover_short_code_prose_and_chat() -> None:
     assert len(short.text.split()) < 32
     chat = next(p for p in verify.VERIFY_PROMPTS if p.name == "chat")
     assert chat.text.count("User:") == 4
+
+
+def test_one_line_patch_applies_and_changes_one_line(tmp_path: Path) -> None:
+
+    from llamaspec import benchbuild
+
+    src = tmp_path / "tools" / "server"
+    src.mkdir(parents=True)
+    (src / "server.cpp").write_text("int main() {\n    return 0;\n}")  # no final newline
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    rel, v1 = benchbuild.one_line_patch(tmp_path, "llama.cpp", "v1")
+    _, v2 = benchbuild.one_line_patch(tmp_path, "llama.cpp", "v2")
+    assert rel == "tools/server/server.cpp"
+    changed = [(a, b) for a, b in zip(v1.splitlines(), v2.splitlines(), strict=True) if a != b]
+    assert len(changed) == 1 and '"v1"' in changed[0][0] and '"v2"' in changed[0][1]
+    subprocess.run(["git", "apply", "-"], cwd=tmp_path, input=v2, text=True, check=True)
+    text = (src / "server.cpp").read_text()
+    assert text.endswith('llamaspec_bench_mark = "v2";\n') and text.startswith("int main()")
+
+
+def test_one_line_patch_needs_a_server_source(tmp_path: Path) -> None:
+    from llamaspec import benchbuild
+    from llamaspec.errors import LlamaspecError
+
+    with pytest.raises(LlamaspecError, match="does not know where ik_llama.cpp's server"):
+        benchbuild.one_line_patch(tmp_path, "ik_llama.cpp", "v1")
