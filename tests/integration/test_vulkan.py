@@ -4,6 +4,7 @@ the same build serves the embedded pair with its draft model on an rpc-server ov
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import socket
@@ -149,3 +150,29 @@ def test_draft_model_on_rpc_server_speculates_and_matches(vulkan_build, gemma_pa
 def _rss_mib(pid: int) -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) // 1024  # type: ignore[union-attr]
+
+
+def test_vulkan_smoke_passes_on_lavapipe(vulkan_build) -> None:
+    """Last: the smoke on lavapipe, speculation on, equivalence as in the CPU smoke. A cold
+    lavapipe compiles pipelines on first use; Mesa's shader cache makes later runs fast
+    (README: "Vulkan on lavapipe" gives both costs)."""
+    artifact = vulkan_build[0]
+    listed = subprocess.run(
+        [artifact.server, "--list-devices"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GGML_VK_VISIBLE_DEVICES": "0"},
+        check=False,
+    )
+    assert re.search(r"Vulkan0: .*llvmpipe", listed.stdout), listed.stdout + listed.stderr
+    proc = llamaspec("smoke", "--artifact", artifact.id, "--dist", str(artifact.path.parent))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "smoke: PASSED" in output, output
+    report = json.loads((artifact.path / "smoke.json").read_text())
+    by_prompt = {r["prompt"]: r for r in report["results"]}
+    assert set(by_prompt) >= {"code", "prose", "rewrite/ngram-mod"}
+    assert report["accepted"] > 0
+    for name, result in by_prompt.items():
+        assert result["verdict"]["kind"] in ("identical", "near-tie"), name
+    # lavapipe was made visible to the servers (ggml-vulkan hides CPU-type devices otherwise)
+    assert "GGML_VK_VISIBLE_DEVICES=0" in output or os.environ.get("GGML_VK_VISIBLE_DEVICES")
