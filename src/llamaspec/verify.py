@@ -192,6 +192,9 @@ def measure_envelope(
     if takes_fa_value(help_text):
         configs.append(("flash attention on", ["-fa", "on"], False))
     configs.append(("micro-batch 16", ["-ub", "16"], False))
+    # the shapes draft verification runs (2-9 tokens), which GPUs serve with other kernels
+    # than one token or sixteen
+    configs.append(("micro-batch 4", ["-ub", "4"], False))
     flips: list[dict] = []
     failures: list[dict] = []
     for name, extra, parallel in configs:
