@@ -86,7 +86,9 @@ def patch_rebuild(
     env = {k: v for k, v in os.environ.items() if k != "CCACHE_DISABLE"}
     env["LLAMASPEC_ROOT"] = str(root)
     cmd = [*build_cmd, "--patch", BENCH_PATCH]
-    before = set(p.name for p in dist.iterdir()) if dist.is_dir() else set()
+    # what the benchmark adds (artifacts, patched trees with their builds, build links) goes
+    places = [dist, cache_dir() / "work" / engine, cache_dir() / "build"]
+    before = {p: set(p.iterdir()) if p.is_dir() else set() for p in places}
     try:
         out: dict = {}
         for mark, label in (("v1", "prime"), ("v2", "rebuild")):
@@ -101,8 +103,12 @@ def patch_rebuild(
         return out
     finally:
         shutil.rmtree(root, ignore_errors=True)
-        for name in set(p.name for p in dist.iterdir()) - before if dist.is_dir() else ():
-            shutil.rmtree(dist / name, ignore_errors=True)
+        for place, old in before.items():
+            for path in set(place.iterdir()) - old if place.is_dir() else ():
+                if path.is_symlink() or path.is_file():
+                    path.unlink()
+                else:
+                    shutil.rmtree(path, ignore_errors=True)
 
 
 def _run(cmd: list[str], env: dict[str, str]) -> float:

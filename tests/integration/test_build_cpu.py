@@ -83,3 +83,27 @@ def test_misspelt_define_fails_fast_with_did_you_mean(upstream_artifact, tmp_pat
     assert "GGML_USE_OPENMP (from --define) is not an option of this tree" in text
     assert "Did you mean 'GGML_OPENMP'" in text
     assert not list(tmp_path.iterdir())
+
+
+def test_one_line_patch_change_recompiles_little(upstream_artifact, tmp_path) -> None:
+    """The bench-build scenario as a check of the build layout (not of speed): after a
+    one-line change to a project patch, ccache serves almost every object of the new tree."""
+    import shutil
+    import sys
+
+    from rich.console import Console
+
+    from llamaspec import benchbuild, build
+
+    if not shutil.which("ccache"):
+        pytest.fail("ccache is not installed; .ci/run installs it (apt-get install ccache)")
+    tree_link = build.cache_dir() / "build" / upstream_artifact.id
+    tree = Path(build._read_cache(tree_link / "CMakeCache.txt")["CMAKE_HOME_DIRECTORY"])
+    cmd = [sys.executable, "-m", "llamaspec.cli", "build", "--source", "pypi", "--no-smoke"]
+    cmd += ["--dist", str(tmp_path)]
+    out = benchbuild.patch_rebuild(tree, cmd, tmp_path, "llama.cpp", Console())
+    hits = out["rebuild_ccache"]
+    assert out["file"] == "tools/server/server.cpp"
+    assert hits["direct_cache_hit"] + hits["preprocessed_cache_hit"] > 100, out
+    assert hits["cache_miss"] <= 20, out
+    assert not list(tmp_path.iterdir())  # the benchmark's artifacts are gone again
