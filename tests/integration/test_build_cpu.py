@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+
+from llamaspec import benchbuild, build
 
 from helpers import llamaspec
 
@@ -88,13 +93,6 @@ def test_misspelt_define_fails_fast_with_did_you_mean(upstream_artifact, tmp_pat
 def test_one_line_patch_change_recompiles_little(upstream_artifact, tmp_path) -> None:
     """The bench-build scenario as a check of the build layout (not of speed): after a
     one-line change to a project patch, ccache serves almost every object of the new tree."""
-    import shutil
-    import sys
-
-    from rich.console import Console
-
-    from llamaspec import benchbuild, build
-
     if not shutil.which("ccache"):
         pytest.fail("ccache is not installed; .ci/run installs it (apt-get install ccache)")
     tree_link = build.cache_dir() / "build" / upstream_artifact.id
