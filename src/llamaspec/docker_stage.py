@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -83,7 +84,7 @@ def build_stage(
 ) -> Artifact:
     """The image's build stage: build without smoke, stage, drop the source and build trees."""
     include, exclude, no_defaults = images.parse_patches(patches)
-    dist = Path("/tmp/llamaspec-dist")
+    dist = Path(tempfile.mkdtemp(prefix="llamaspec-dist-"))
     artifact = run_build(
         BuildSpec(
             engine=engine,
