@@ -21,8 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import LlamaspecError, did_you_mean
-from .paths import project_root
+from llamaspec.errors import LlamaspecError, did_you_mean
+from llamaspec.paths import project_root
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")

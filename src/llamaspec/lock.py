@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from .config import FULL_SHA, Engine, PatchEntry
-from .errors import LlamaspecError
+from llamaspec.config import FULL_SHA, Engine, PatchEntry
+from llamaspec.errors import LlamaspecError
 
 LOCK = "llamaspec.lock"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec.build import Artifact, load_artifact
-from llamaspec.embedded import embedded_model
+from llamaspec.engine.build import Artifact, load_artifact
+from llamaspec.models.embedded import embedded_model
 
 from helpers import llamaspec
 

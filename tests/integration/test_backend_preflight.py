@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import config, flags, preflight, sources, toolchain
+from llamaspec import config
+from llamaspec.engine import preflight, sources, toolchain
+from llamaspec.engine import profiles as flags
 
 from helpers import llamaspec
 

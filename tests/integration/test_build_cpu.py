@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from llamaspec import benchbuild, build
+from llamaspec.engine import build
+from llamaspec.engine import build_bench as benchbuild
 
 from helpers import llamaspec
 

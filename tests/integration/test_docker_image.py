@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from llamaspec import containers, images
 from llamaspec.errors import LlamaspecError
+from llamaspec.images import specs as images
+from llamaspec.images import tools as containers
 
 from helpers import llamaspec
 

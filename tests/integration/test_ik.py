@@ -26,7 +26,7 @@ def test_ik_builds_from_the_sdist_and_passes_smoke(ik_build) -> None:
 
 
 def test_ik_dialect_matches_its_help(ik_build) -> None:
-    from llamaspec import dialects
+    from llamaspec.models import dialects
 
     artifact, _ = ik_build
     help_text = subprocess.run([artifact.server, "--help"], capture_output=True, text=True)

@@ -14,9 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llamaspec import config, recipes
-from llamaspec.build import Artifact
-from llamaspec.server import free_port, server_help
+from llamaspec import config
+from llamaspec.engine.build import Artifact
+from llamaspec.models import recipes
+from llamaspec.proof.client import free_port, server_help
 
 from helpers import ROOT, llamaspec
 

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import dialects, preflight, smoke
-from llamaspec.build import Artifact, load_artifact
-from llamaspec.server import HOST, free_port, running
+from llamaspec.engine import preflight
+from llamaspec.engine.build import Artifact, load_artifact
+from llamaspec.models import dialects
+from llamaspec.proof import smoke
+from llamaspec.proof.client import HOST, free_port, running
 
 from helpers import llamaspec
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import backends, flags, preflight
+from llamaspec.engine import backends, preflight
+from llamaspec.engine import profiles as flags
+from llamaspec.engine.pipeline import BuildSpec, resolve_options
 from llamaspec.errors import LlamaspecError
-from llamaspec.pipeline import BuildSpec, resolve_options
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]

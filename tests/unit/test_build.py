@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import build, flags
+from llamaspec.engine import build
+from llamaspec.engine import profiles as flags
+from llamaspec.engine.patch_queue import PatchedTree, PatchStatus
+from llamaspec.engine.sources import SourceTree
+from llamaspec.engine.toolchain import Toolchain
 from llamaspec.errors import LlamaspecError
-from llamaspec.patches import PatchedTree, PatchStatus
-from llamaspec.sources import SourceTree
-from llamaspec.toolchain import Toolchain
 
 from gitrepos import make_engine
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import containers, images
 from llamaspec.config import load_engines
-from llamaspec.docker_stage import system_libs
 from llamaspec.errors import LlamaspecError
+from llamaspec.images import specs as images
+from llamaspec.images import tools as containers
+from llamaspec.images.stage import system_libs
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,7 +203,7 @@ def test_system_libraries_exclude_the_base_set(tmp_path: Path) -> None:
 
 
 def containers_base(name: str) -> bool:
-    from llamaspec.docker_stage import BASE_LIBS
+    from llamaspec.images.stage import BASE_LIBS
 
     return bool(BASE_LIBS.match(name))
 

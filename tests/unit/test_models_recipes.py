@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamaspec import compat, config, dialects, recipes
+from llamaspec import config
 from llamaspec.errors import LlamaspecError
+from llamaspec.models import compat, dialects, recipes
 
 from ggufs import vocab, write_gguf
 from runcli import cli

@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import lock, patches, patchsrc, sources
+from llamaspec import lock
 from llamaspec.config import Landed, PatchEntry, PatchSource, Upstream
+from llamaspec.engine import patch_queue as patches
+from llamaspec.engine import patch_sources as patchsrc
+from llamaspec.engine import sources
 from llamaspec.errors import LlamaspecError
 
 from gitrepos import make_engine, make_engine_repo, run_git

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import patches, sources
 from llamaspec.config import PatchEntry, PatchSource
+from llamaspec.engine import patch_queue as patches
+from llamaspec.engine import sources
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llamaspec import smoke
-from llamaspec.smoke import Completion
+from llamaspec.proof import smoke
+from llamaspec.proof.smoke import Completion
 
 pytestmark = pytest.mark.unit
 

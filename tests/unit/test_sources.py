@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import sources
+from llamaspec.engine import sources
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir
 

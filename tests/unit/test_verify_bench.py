@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec import bench, dialects, verify
+from llamaspec.models import dialects
+from llamaspec.proof import bench, verify
 
 pytestmark = pytest.mark.unit
 
@@ -58,7 +59,7 @@ def test_verify_prompts_cover_short_code_prose_and_chat() -> None:
 
 def test_one_line_patch_applies_and_changes_one_line(tmp_path: Path) -> None:
 
-    from llamaspec import benchbuild
+    from llamaspec.engine import build_bench as benchbuild
 
     src = tmp_path / "tools" / "server"
     src.mkdir(parents=True)
@@ -75,7 +76,7 @@ def test_one_line_patch_applies_and_changes_one_line(tmp_path: Path) -> None:
 
 
 def test_one_line_patch_needs_a_server_source(tmp_path: Path) -> None:
-    from llamaspec import benchbuild
+    from llamaspec.engine import build_bench as benchbuild
     from llamaspec.errors import LlamaspecError
 
     with pytest.raises(LlamaspecError, match="does not know where ik_llama.cpp's server"):

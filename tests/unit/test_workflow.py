@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamaspec import cli_docker, images
-from llamaspec.containers import BuiltImage
+from llamaspec.cli import docker as cli_docker
+from llamaspec.images import specs as images
+from llamaspec.images.tools import BuiltImage
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,7 @@
+"""`python -m llamaspec.cli`."""
+
+import sys
+
+from llamaspec.cli.main import main
+
+sys.exit(main())

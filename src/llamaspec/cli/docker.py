@@ -1,0 +1,133 @@
+"""`llamaspec docker …`: build, pull, smoke-test and describe llama-server images."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from llamaspec import config
+from llamaspec.images import specs as images
+from llamaspec.images import tools as containers
+from llamaspec.images.stage import build_stage
+
+
+def _spec_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", default="llama.cpp", help="llama.cpp (default) or ik_llama.cpp")
+    p.add_argument("--backend", default="cpu", help="cpu (default), cuda or vulkan")
+    p.add_argument("--pin", help="engine commit (full SHA); default: engines.yaml")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    d = sub.add_parser("docker", help="llama-server images: build, pull, smoke, matrix")
+    dsub = d.add_subparsers(dest="docker_command", required=True)
+    b = dsub.add_parser("build", help="build an image (docker buildx, else buildah)")
+    _spec_args(b)
+    b.add_argument(
+        "--patches", default="", help="patch set: ID adds, -ID drops, none drops the defaults"
+    )
+    b.add_argument("--variant", action="append", default=[], help="profile variant")
+    b.add_argument("--define", "-D", action="append", default=[], metavar="NAME=VALUE")
+    b.add_argument("--registry", default=images.LOCAL_REGISTRY, help="registry for the tags")
+    b.add_argument("--base-image", help="runtime base image (default per backend)")
+    b.add_argument("--build-image", help="build-stage base image (default per backend)")
+    b.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
+    b.add_argument("--push", action="store_true", help="push the tags (docker buildx)")
+    b.add_argument("--ccache-dir", type=Path, help="host ccache dir to mount (buildah)")
+    b.add_argument("--out", type=Path, help="write the build record (tags, labels) as JSON")
+    p = dsub.add_parser("pull", help="pull the image for this host and print how to run it")
+    _spec_args(p)
+    p.set_defaults(backend=None)
+    p.add_argument("--registry", default=images.DEFAULT_REGISTRY)
+    p.add_argument("--tag", help="a specific (immutable) tag instead of <engine>-<backend>")
+    p.add_argument("--recipe", default=containers.DEFAULT_RECIPE, help="recipe to print a run for")
+    p.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
+    s = dsub.add_parser("smoke", help="smoke-test an image: speculation on, outputs identical")
+    s.add_argument("image", help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu")
+    s.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
+    s.add_argument("--reports", type=Path, default=Path("reports"))
+    pu = dsub.add_parser("push", help="push a built image's tags; print the digest to sign")
+    pu.add_argument("--record", type=Path, required=True, help="JSON from `docker build --out`")
+    pu.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
+    bs = dsub.add_parser("build-stage", help="(inside the image) build and stage the runtime tree")
+    for name in ("engine", "pin", "backend", "patches", "variants", "defines", "jobs"):
+        bs.add_argument(f"--{name}", default="")
+    bs.add_argument("--out", type=Path, required=True)
+    m = dsub.add_parser("matrix", help="engine × backend matrix as JSON (for the workflow)")
+    m.add_argument("--backend", action="append", default=[])
+    bk = dsub.add_parser("bake", help="write docker/docker-bake.hcl for the matrix")
+    bk.add_argument("--check", action="store_true", help="fail when the file is not current")
+    base = dsub.add_parser("base", help="make a Debian base image with debootstrap (no registry)")
+    base.add_argument("--suite", default="bookworm")
+    base.add_argument("--tag", default=images.BASES["cpu"][0])
+    sz = dsub.add_parser("size", help="size report: layers an image adds over its base")
+    sz.add_argument("image")
+    sz.add_argument("--base", default=images.BASES["cpu"][0])
+    sz.add_argument("--reports", type=Path, default=Path("reports"))
+    sz.add_argument("--record", type=Path, help="JSON from `docker build --out` (build times)")
+
+
+def dispatch(args: argparse.Namespace, console: Console) -> bool:
+    if args.command != "docker":
+        return False
+    cmd = args.docker_command
+    if cmd == "build-stage":
+        build_stage(
+            args.engine or "llama.cpp",
+            args.pin,
+            args.backend or "cpu",
+            args.patches,
+            args.variants,
+            args.defines,
+            args.jobs,
+            args.out,
+            console,
+        )
+    elif cmd == "build":
+        spec = images.ImageSpec(
+            engine=args.engine,
+            backend=args.backend,
+            pin=args.pin,
+            patches=tuple(images.split_list(args.patches)),
+            variants=tuple(args.variant),
+            defines=tuple(args.define),
+            registry=args.registry,
+            base_image=args.base_image,
+            build_image=args.build_image,
+        )
+        images.validate(spec, config.load_engines())
+        tool = containers.detect(args.tool)
+        built = containers.build_image(tool, spec, console, ccache=args.ccache_dir, push=args.push)
+        if args.out:
+            args.out.write_text(json.dumps(built.to_json(), indent=2) + "\n")
+    elif cmd == "pull":
+        containers.pull(
+            containers.detect(args.tool),
+            args.engine,
+            args.backend,
+            args.pin,
+            args.registry,
+            args.tag,
+            console,
+            args.recipe,
+        )
+    elif cmd == "smoke":
+        containers.smoke_image(containers.detect(args.tool), args.image, args.reports, console)
+    elif cmd == "push":
+        record = json.loads(args.record.read_text())
+        ref = containers.push(containers.detect(args.tool), record["tags"])
+        # `key=value` lines: the publishing workflow appends them to $GITHUB_OUTPUT
+        print(f"ref={ref}\ndigest={ref.rsplit('@', 1)[1]}\ntag={record['tags'][0]}")
+    elif cmd == "matrix":
+        engines = list(config.load_engines())
+        print(json.dumps({"include": images.matrix(engines, args.backend or images.BACKENDS)}))
+    elif cmd == "bake":
+        containers.write_bake(config.load_engines(), check=args.check, console=console)
+    elif cmd == "base":
+        containers.make_base_image(args.suite, args.tag, console)
+    elif cmd == "size":
+        record = json.loads(args.record.read_text()) if args.record else None
+        containers.size_report(args.image, args.base, args.reports, console, record=record)
+    return True

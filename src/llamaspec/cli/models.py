@@ -1,0 +1,228 @@
+"""`llamaspec models list|check|pull`, `llamaspec recipe list|show` and `llamaspec serve`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from llamaspec import config
+from llamaspec import lock as lockfile
+from llamaspec.engine.build import Artifact, load_artifact
+from llamaspec.engine.pipeline import dialect_for
+from llamaspec.errors import LlamaspecError, choose
+from llamaspec.models import catalog as models
+from llamaspec.models import compat, recipes
+from llamaspec.paths import project_root
+from llamaspec.proof.client import server_help
+
+DIALECTS = ("upstream", "upstream-legacy", "ik-legacy", "ik-spec-type")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    m = sub.add_parser("models", help="model pairs: list, check compatibility, download")
+    msub = m.add_subparsers(dest="models_command", required=True)
+    msub.add_parser("list", help="every pair in models.yaml with its recipes")
+    ck = msub.add_parser("check", help="judge a pair (or two GGUF files) with the engine's rules")
+    ck.add_argument("pair", nargs="?", help="pair name from models.yaml")
+    ck.add_argument("--target-file", type=Path, help="a local target GGUF (instead of the hub)")
+    ck.add_argument("--draft-file", type=Path, help="a local draft GGUF (instead of the hub)")
+    pl = msub.add_parser("pull", help="check, download and verify a pair into the HF cache")
+    pl.add_argument("pair")
+
+    r = sub.add_parser("recipe", help="recipes: list them, or render one for an engine")
+    rsub = r.add_subparsers(dest="recipe_command", required=True)
+    rsub.add_parser("list", help="every recipe with its pair and spec types")
+    sh = rsub.add_parser("show", help="print the full llama-server command for a recipe")
+    sh.add_argument("recipe")
+    _target_args(sh)
+    sh.add_argument(
+        "--format",
+        default="shell",
+        choices=["shell", "argv", "llama-swap"],
+        help="a shell line (default), a JSON argv, or a llama-swap config entry",
+    )
+
+    s = sub.add_parser("serve", help="download, check and run a recipe's server (foreground)")
+    s.add_argument("recipe")
+    _target_args(s)
+
+
+def _target_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine", help="llama.cpp or ik_llama.cpp (default: the artifact's, else llama.cpp)"
+    )
+    p.add_argument(
+        "--artifact", help="a built artifact id (or prefix) in dist/: its binary, pin and --help"
+    )
+    p.add_argument("--dist", type=Path, default=Path("dist"))
+    p.add_argument(
+        "--dialect", choices=DIALECTS, help="override the dialect (default: from engine and pin)"
+    )
+    p.add_argument("--backend", help="cpu, cuda or vulkan (default: the artifact's, else cuda)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+
+
+def dispatch(args: argparse.Namespace, console: Console) -> bool:
+    if args.command == "models":
+        _models(args, console)
+    elif args.command == "recipe":
+        _recipe(args, console)
+    elif args.command == "serve":
+        _serve(args, console)
+    else:
+        return False
+    return True
+
+
+def _models(args: argparse.Namespace, console: Console) -> None:
+    root = project_root()
+    catalog = config.load_models(root)
+    if args.models_command == "list":
+        console.print(models.list_table(catalog, config.load_recipes(root, catalog)))
+        return
+    if args.models_command == "pull":
+        files = models.pull(catalog, args.pair, root, console)
+        console.print(f"target: {files.target}")
+        if files.draft:
+            console.print(f"draft:  {files.draft}")
+        return
+    # check
+    if args.pair:
+        verdict = models.check_pair(
+            catalog, args.pair, root, console, args.target_file, args.draft_file
+        )
+        if verdict is None:
+            pair = catalog.pairs[args.pair]
+            console.print(f"{args.pair}: spec {pair.spec!r} uses no draft model; nothing to check")
+            return
+    elif args.target_file and args.draft_file:
+        verdict = compat.check(
+            compat.read_local(args.target_file), compat.read_local(args.draft_file)
+        )
+    else:
+        raise LlamaspecError(
+            "models check needs a PAIR from models.yaml, or both --target-file and --draft-file."
+        )
+    models.render_verdict(verdict, console)
+    if not verdict.ok:
+        raise LlamaspecError(compat.explain(verdict))
+    console.print(compat.explain(verdict))
+
+
+def _recipe(args: argparse.Namespace, console: Console) -> None:
+    root = project_root()
+    catalog = config.load_models(root)
+    all_recipes = config.load_recipes(root, catalog)
+    if args.recipe_command == "list":
+        table = Table(title="recipes (recipes/*.yaml)")
+        for col in ("recipe", "pair", "spec", "description"):
+            table.add_column(col, no_wrap=col != "description")
+        for row in recipes.describe(list(all_recipes.values())):
+            table.add_row(*row)
+        console.print(table)
+        return
+    recipe = all_recipes[choose("recipe", args.recipe, all_recipes)]
+    pair = catalog.pairs[recipe.pair]
+    locked = lockfile.load(root)["models"]
+    target = _model_path(catalog.models[pair.target], locked.get(pair.target))
+    draft = _model_path(catalog.models[pair.draft], locked.get(pair.draft)) if pair.draft else None
+    cmd, _ = _command(args, recipe, target, draft, console)
+    if args.format == "argv":
+        print(json.dumps(list(cmd.argv)))
+    elif args.format == "llama-swap":
+        print(recipes.llama_swap(recipe.name, cmd), end="")
+    else:
+        print(cmd.shell())
+    for note in cmd.notes:
+        console.print(f"note: {note}", style="dim")
+    missing = [p for p in (target, draft) if p is not None and str(p).startswith("hf://")]
+    if missing:
+        console.print(
+            f"note: models not downloaded yet; `llamaspec models pull {recipe.pair}` fetches "
+            "them (`llamaspec serve` does it for you)",
+            style="dim",
+        )
+
+
+def _model_path(model: config.ModelFile, locked: dict | None) -> Path | str:
+    return models.local_path(model, locked) or f"hf://{model.repo}/{model.file}"
+
+
+def _command(
+    args: argparse.Namespace,
+    recipe: config.Recipe,
+    target: Path | str,
+    draft: Path | str | None,
+    console: Console,
+) -> tuple[recipes.ServerCommand, Artifact | None]:
+    """Render for the artifact (checked against its --help) or for an engine's default pin."""
+    engines = config.load_engines()
+    artifact = load_artifact(args.dist, args.artifact) if args.artifact else None
+    if artifact is not None:
+        engine = artifact.manifest["engine"]
+        if args.engine and choose("engine", args.engine, engines) != engine:
+            raise LlamaspecError(
+                f"--engine {args.engine} but artifact {artifact.id} is a {engine} build; drop "
+                "one of them."
+            )
+        dialect = args.dialect or dialect_for(artifact, console)
+        backend = args.backend or artifact.manifest.get("backend", "cpu")
+        server = str(artifact.server)
+    else:
+        engine = choose("engine", args.engine or "llama.cpp", engines)
+        dialect = args.dialect or engines[engine].dialect
+        backend = args.backend or "cuda"
+        server = "llama-server"
+    cmd = recipes.render(
+        recipe,
+        engine,
+        dialect,
+        target,
+        draft,
+        server=server,
+        backend=backend,
+        host=args.host,
+        port=args.port,
+    )
+    if artifact is not None:
+        recipes.check_against_help(cmd, server_help(artifact.server), f"{artifact.id}/llama-server")
+    return cmd, artifact
+
+
+def _newest(dist: Path, engine: str | None) -> str:
+    """The newest artifact in dist/, of `engine` when given."""
+    found = sorted(
+        (
+            p
+            for p in dist.glob("*/manifest.json")
+            if engine is None or json.loads(p.read_text()).get("engine") == engine
+        ),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if not found:
+        which = f"{engine} " if engine else ""
+        raise LlamaspecError(
+            f"No {which}artifact in {dist}/ to serve with; build one first (`nox -s build-cpu`"
+            f"{' -- --engine ' + engine if engine else ''}) or pass --artifact."
+        )
+    return found[-1].parent.name
+
+
+def _serve(args: argparse.Namespace, console: Console) -> None:
+    root = project_root()
+    catalog = config.load_models(root)
+    all_recipes = config.load_recipes(root, catalog)
+    recipe = all_recipes[choose("recipe", args.recipe, all_recipes)]
+    if not args.artifact:
+        args.artifact = _newest(args.dist, args.engine)
+    files = models.pull(catalog, recipe.pair, root, console)
+    cmd, _ = _command(args, recipe, files.target, files.draft, console)
+    console.print(f"serve: {cmd.shell()}")
+    console.print(f"serve: listening on http://{args.host}:{args.port} (Ctrl-C stops it)")
+    os.execv(cmd.argv[0], list(cmd.argv))

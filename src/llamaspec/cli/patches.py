@@ -1,0 +1,116 @@
+"""`llamaspec patches status|export|import` and `llamaspec lock`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from llamaspec import config
+from llamaspec import lock as lockfile
+from llamaspec.engine import patch_queue as patches
+from llamaspec.engine import patch_sources as patchsrc
+from llamaspec.engine import sources
+from llamaspec.errors import LlamaspecError, choose
+from llamaspec.paths import project_root
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("patches", help="the patch catalog: status on a tree, export/import diffs")
+    psub = p.add_subparsers(dest="patches_command", required=True)
+    st = psub.add_parser("status", help="status of every catalog patch on an engine tree")
+    st.add_argument("--engine", default="llama.cpp")
+    st.add_argument("--pin", help="engine commit (full SHA); default: engines.yaml")
+    st.add_argument("--source", default="auto", choices=["auto", "git", "pypi", "local"])
+    st.add_argument("--source-dir", type=Path)
+    st.add_argument("--patch-source", metavar="DIR|URL")
+    ex = psub.add_parser("export", help="copy cached patch diffs to DIR (for air-gapped machines)")
+    ex.add_argument("dir", type=Path)
+    im = psub.add_parser("import", help="add diffs from a DIR written by `patches export`")
+    im.add_argument("dir", type=Path)
+    lk = sub.add_parser("lock", help="resolve short SHAs and PR heads into llamaspec.lock")
+    lk.add_argument(
+        "--patch-source",
+        action="append",
+        default=[],
+        metavar="ENGINE=DIR|URL",
+        help="mirror for an engine, e.g. ik_llama.cpp=/srv/mirrors/ik_llama.cpp",
+    )
+
+
+def dispatch(args: argparse.Namespace, console: Console) -> bool:
+    if args.command == "lock":
+        run_lock(args, console)
+        return True
+    if args.command != "patches":
+        return False
+    engines = config.load_engines()
+    if args.patches_command == "export":
+        n = patchsrc.export_diffs(list(engines), args.dir)
+        console.print(f"patches: exported {n} cached diffs to {args.dir}")
+    elif args.patches_command == "import":
+        n = patchsrc.import_diffs(args.dir)
+        console.print(f"patches: imported {n} diffs into the cache")
+    else:
+        status(args, engines, console)
+    return True
+
+
+def status(args: argparse.Namespace, engines: dict, console: Console) -> None:
+    engine = engines[choose("engine", args.engine, engines)]
+    root = project_root()
+    lock = lockfile.load(root)
+    tree = sources.fetch(engine, args.pin, args.source, args.source_dir, console.print)
+    table = Table(title=f"patches on {engine.name}@{tree.short} ({tree.origin})")
+    for col in ("id", "PR", "state", "default", "status", "note"):
+        table.add_column(col)
+    for entry in config.load_series(root):
+        if entry.engine != engine.name:
+            continue
+        pr = f"#{entry.upstream.pr}" if entry.upstream else "-"
+        why = patches.in_base_by_record(entry, tree, engine)
+        if entry.only_if_missing and (tree.path / entry.only_if_missing).exists():
+            state, note = "skipped", f"{entry.only_if_missing} is present"
+        elif why:
+            state, note = "in-base", why
+        else:
+            try:
+                texts, _ = patches.texts_for(
+                    entry, engine, lock, root, args.patch_source, console.print
+                )
+                state, note = patches.check(tree.path, texts), entry.notes[:60]
+            except LlamaspecError as exc:
+                state, note = "unknown", exc.message.split(". ")[0]
+        table.add_row(entry.id, pr, entry.state, "on" if entry.default else "off", state, note)
+    console.print(table)
+
+
+def run_lock(args: argparse.Namespace, console: Console) -> None:
+    root = project_root()
+    engines = config.load_engines(root)
+    mirrors = {}
+    for item in args.patch_source:
+        name, _, where = item.partition("=")
+        if not where:
+            raise LlamaspecError(f"--patch-source {item!r}: write it as ENGINE=DIR|URL.")
+        mirrors[choose("engine", name, engines)] = where
+    lock = lockfile.load(root)
+    lock["engines"] = {name: e.pin for name, e in engines.items()}
+    for entry in config.load_series(root):
+        engine = engines[entry.engine]
+        src = mirrors.get(entry.engine)
+        try:
+            if entry.source.pr_head and entry.upstream:
+                commits = patchsrc.resolve_pr(engine, entry.upstream.pr, src)
+            elif entry.source.commits:
+                commits = [patchsrc.resolve_commitish(engine, c, src) for c in entry.source.commits]
+            else:
+                continue
+            lock["patches"][entry.id] = commits
+            console.print(f"lock: {entry.id}: {len(commits)} commit(s), head {commits[-1][:12]}")
+        except LlamaspecError as exc:
+            lock["patches"].setdefault(entry.id, [])
+            console.print(f"lock: {entry.id}: unresolved — {exc.message}")
+    console.print(f"lock: wrote {lockfile.save(root, lock)}")

@@ -1,0 +1,420 @@
+"""Configure, build and install stages: PatchedTree + defines → Artifact in dist/<id>/."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from llamaspec import __version__
+from llamaspec.config import Engine
+from llamaspec.engine import profiles as flags
+from llamaspec.engine.patch_queue import PatchedTree
+from llamaspec.engine.sources import sha256_file
+from llamaspec.engine.toolchain import Toolchain
+from llamaspec.errors import LlamaspecError
+from llamaspec.paths import cache_dir
+
+BUILD_SUBDIR = ".llamaspec-build"
+
+Say = Callable[[str], None]
+NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A built llama-server with its libraries and manifest under dist/<id>/."""
+
+    id: str
+    path: Path
+    manifest: dict
+    reused: bool
+
+    @property
+    def server(self) -> Path:
+        return self.path / "bin" / "llama-server"
+
+
+def load_artifact(dist: Path, artifact_id: str) -> Artifact:
+    """An existing artifact by id (or unique id prefix) from `dist`."""
+    matches = [p for p in dist.glob(f"{artifact_id}*") if (p / "manifest.json").is_file()]
+    if len(matches) != 1:
+        known = sorted(p.name for p in dist.glob("*") if (p / "manifest.json").is_file())
+        what = "matches several artifacts" if matches else "is not an artifact"
+        raise LlamaspecError(
+            f"{artifact_id!r} {what} in {dist}. Built artifacts: {', '.join(known) or '(none)'}; "
+            "build one with `nox -s build-cpu`."
+        )
+    path = matches[0]
+    return Artifact(path.name, path, json.loads((path / "manifest.json").read_text()), True)
+
+
+def internal_defines(engine: Engine, patched: PatchedTree) -> list[flags.Define]:
+    """Defines llamaspec always sets: version stamp and a relocatable install layout."""
+    commit = patched.source.short
+    stamp = commit if not patched.applied else f"{commit}+{len(patched.applied)}p"
+    out = [
+        flags.Define("LLAMA_BUILD_COMMIT", stamp, "llamaspec (version stamp)"),
+        flags.Define("CMAKE_BUILD_RPATH_USE_ORIGIN", "ON", "llamaspec (relocatable dist/)"),
+        flags.Define("CMAKE_BUILD_RPATH", "$ORIGIN/../lib", "llamaspec (relocatable dist/)"),
+    ]
+    if engine.build_number is not None and patched.source.commit == engine.pin:
+        out.append(flags.Define("LLAMA_BUILD_NUMBER", str(engine.build_number), "llamaspec"))
+    return out
+
+
+def artifact_id(
+    engine: Engine,
+    patched: PatchedTree,
+    backend: str,
+    defines: Sequence[flags.Define],
+    tools: Toolchain,
+) -> str:
+    """A hash of everything that changes the binary (not of where the source came from)."""
+    key = {
+        "engine": engine.name,
+        "commit": patched.source.commit,
+        "content": patched.source.content_key if patched.source.origin == "local" else None,
+        "patches": [(p.id, p.sha256) for p in patched.applied],
+        "backend": backend,
+        "defines": sorted((d.name, d.key or d.value) for d in defines),
+        "compiler": tools.cxx_version,
+        "cmake": tools.cmake_version,
+        "target": engine.server_target,
+    }
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return f"{engine.name.replace('_', '-').replace('.', '')}-{backend}-{digest[:12]}"
+
+
+def build(
+    engine: Engine,
+    patched: PatchedTree,
+    backend: str,
+    extra: Sequence[flags.Define],
+    tools: Toolchain,
+    dist: Path,
+    jobs: int | None,
+    console: Console,
+    variants: Sequence[str] = (),
+    internal: Sequence[flags.Define] = (),
+    manifest_extra: dict | None = None,
+) -> Artifact:
+    """Configure and build the server, install it into dist/<id>/ (a no-op when it exists).
+
+    `internal`: defines preflight found necessary (e.g. private header dirs)."""
+    declared = flags.tree_options(patched.path)
+    defines = [
+        *flags.merge(engine.name, backend, extra, declared, variants),
+        *internal_defines(engine, patched),
+        *internal,
+    ]
+    flags.check_known(defines, declared)
+    aid = artifact_id(engine, patched, backend, defines, tools)
+    out = dist / aid
+    rpc_on = any(d.name == "GGML_RPC" and d.value.upper() == "ON" for d in defines)
+    extra_targets = rpc_targets(patched.path) if rpc_on else []
+    if (out / "manifest.json").is_file():
+        art = load_artifact(dist, aid)
+        if (
+            art.server.is_file()
+            and sha256_file(art.server) == art.manifest["binary_sha256"]
+            and all((out / "bin" / t).is_file() for t in extra_targets)
+        ):
+            console.print(f"build: {aid} is up to date at {out} (nothing to compile)")
+            return art
+    build_dir = build_dir_for(patched.path, aid)
+    t0 = time.monotonic()
+    configure(patched.path, build_dir, defines, tools, console)
+    archs = _read_cache(build_dir / "CMakeCache.txt").get("CMAKE_CUDA_ARCHITECTURES")
+    t1 = time.monotonic()
+    stamp = {
+        d.name: d.value for d in defines if d.name in ("LLAMA_BUILD_COMMIT", "LLAMA_BUILD_NUMBER")
+    }
+    env = {**stamp, **ccache_env(patched.path)}
+    compile_target(build_dir, engine.server_target, tools, jobs, console, env, extra_targets)
+    t2 = time.monotonic()
+    manifest = {
+        "artifact_id": aid,
+        "llamaspec_version": __version__,
+        "engine": engine.name,
+        "commit": patched.source.commit,
+        "source": {"origin": patched.source.origin, "detail": patched.source.origin_detail},
+        "patches": [asdict(p) for p in patched.patches],
+        "backend": backend,
+        "variants": list(variants),
+        "cuda_archs": archs if backend == "cuda" else None,
+        "defines": [asdict(d) for d in defines],
+        **(manifest_extra or {}),
+        "toolchain": {
+            "cmake": tools.cmake_version,
+            "ninja": tools.ninja_version,
+            "compiler": tools.cxx_version,
+            "ccache": bool(tools.ccache),
+        },
+        "build_seconds": {"configure": round(t1 - t0, 1), "compile": round(t2 - t1, 1)},
+        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    return install(build_dir, engine, out, manifest, console)
+
+
+def build_dir_for(tree: Path, aid: str) -> Path:
+    """The build directory of `aid`; `cache/build/<aid>` always leads to it.
+
+    In trees llamaspec owns (fetched or patched, under the cache) it lives inside the tree,
+    `<tree>/.llamaspec-build/<aid>`: with ccache's base_dir at the tree, every compile command
+    then reads the same relative paths whatever the tree is called, so after a one-line
+    patch change ccache recompiles one file, not the whole tree. A user's own checkout is
+    not written into: its build directory is `cache/build/<aid>` itself."""
+    link = cache_dir() / "build" / aid
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not tree.resolve().is_relative_to(cache_dir().resolve()):
+        if link.is_symlink():
+            link.unlink()
+        link.mkdir(exist_ok=True)
+        return link
+    real = tree / BUILD_SUBDIR / aid
+    real.mkdir(parents=True, exist_ok=True)
+    exclude = tree / ".git" / "info" / "exclude"
+    if exclude.parent.is_dir() and f"/{BUILD_SUBDIR}/" not in (
+        exclude.read_text() if exclude.is_file() else ""
+    ):
+        with exclude.open("a") as f:
+            f.write(f"/{BUILD_SUBDIR}/\n")
+    if link.is_symlink() and link.resolve() == real.resolve():
+        return real
+    if link.is_symlink():
+        link.unlink()
+    elif link.exists():
+        shutil.rmtree(link)  # a build dir of the older layout: its objects had other paths
+    link.symlink_to(real, target_is_directory=True)
+    return real
+
+
+def ccache_env(tree: Path) -> dict[str, str]:
+    """ccache sees paths under `tree` as relative ones (see build_dir_for)."""
+    if tree.resolve().is_relative_to(cache_dir().resolve()):
+        return {"CCACHE_BASEDIR": str(tree.resolve())}
+    return {}
+
+
+def configure(
+    tree: Path,
+    build_dir: Path,
+    defines: Sequence[flags.Define],
+    tools: Toolchain,
+    console: Console,
+) -> None:
+    cache_file = build_dir / "CMakeCache.txt"
+    if (
+        cache_file.is_file()
+        and Path(_read_cache(cache_file).get("CMAKE_HOME_DIRECTORY", str(tree))).resolve()
+        != tree.resolve()
+    ):
+        # same artifact, source now at another path (e.g. a re-made patched tree):
+        # CMake refuses a cache made for another source dir, so start the tree over
+        shutil.rmtree(build_dir)
+        build_dir.mkdir(parents=True)
+    cmd = [
+        tools.cmake,
+        "-S",
+        str(tree),
+        "-B",
+        str(build_dir),
+        "-G",
+        "Ninja",
+        *(d.arg for d in defines),
+    ]
+    console.print(f"configure: cmake with {len(defines)} defines → {build_dir}")
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    log = proc.stdout + proc.stderr
+    (build_dir / "configure.log").write_text(" ".join(cmd) + "\n\n" + log)
+    if proc.returncode != 0:
+        errors = [b for b in re.split(r"\n(?=CMake Error)", log) if b.startswith("CMake Error")]
+        first = errors[0].strip() if errors else "\n".join(log.strip().splitlines()[-20:])
+        raise LlamaspecError(
+            f"CMake configure failed (full log: {build_dir / 'configure.log'}).",
+            details=first[:3000],
+        )
+    cache = _read_cache(build_dir / "CMakeCache.txt")
+    flags.check_unused(log, defines, flags.tree_options(tree), cache)
+
+
+def _read_cache(path: Path) -> dict[str, str]:
+    entries = {}
+    for line in path.read_text(errors="replace").splitlines():
+        m = re.match(r"^([A-Za-z0-9_.+-]+):[A-Z_]+=(.*)$", line)
+        if m:
+            entries[m.group(1)] = m.group(2)
+    return entries
+
+
+RPC_SERVER_NAMES = ("rpc-server", "ggml-rpc-server")  # the target's name varies by tree
+
+
+def rpc_targets(tree: Path) -> list[str]:
+    """The RPC server target(s) this tree declares (`ggml-rpc-server` upstream at b11312)."""
+    found = []
+    for cml in (*tree.glob("tools/rpc/CMakeLists.txt"), *tree.glob("examples/rpc/CMakeLists.txt")):
+        text = cml.read_text(errors="replace")
+        found += [n for n in RPC_SERVER_NAMES if re.search(rf"[(\s]{n}[\s)]", text)]
+    return found
+
+
+def compile_target(
+    build_dir: Path,
+    target: str,
+    tools: Toolchain,
+    jobs: int | None,
+    console: Console,
+    env_extra: dict[str, str] | None = None,
+    extra_targets: Sequence[str] = (),
+) -> None:
+    """Run the build with a progress bar (ninja's step counter); show the first error."""
+    cmd = [tools.cmake, "--build", str(build_dir), "--target", target, *extra_targets]
+    if jobs:
+        cmd += ["-j", str(jobs)]
+    log_path = build_dir / "build.log"
+    # The version stamp also travels in the environment, for trees whose build-info
+    # generator runs at build time (ik_llama.cpp's common/cmake/build-info-gen-cpp.cmake).
+    env = {**os.environ, **(env_extra or {}), "NINJA_STATUS": "[%f/%t] "}
+    with log_path.open("w") as log, _progress(console) as bar:
+        task = bar.add_task(f"build {target}", total=None)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            if m := NINJA_STEP.match(line):
+                bar.update(task, completed=int(m.group(1)), total=int(m.group(2)))
+        rc = proc.wait()
+    if rc != 0:
+        raise LlamaspecError(
+            f"The build of {target} failed (full log: {log_path}). The first error:",
+            details=first_error(log_path.read_text(errors="replace")),
+        )
+
+
+def first_error(log: str) -> str:
+    """The first compiler/linker error with a little context, not the whole log."""
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        if re.search(r"\b(error|Error)\b[: ]", line) and not line.startswith("["):
+            start = max(0, i - 2)
+            return "\n".join(lines[start : i + 6])
+    failed = [i for i, ln in enumerate(lines) if ln.startswith("FAILED:")]
+    if failed:
+        return "\n".join(lines[failed[0] : failed[0] + 10])
+    return "\n".join(lines[-15:])
+
+
+class _LineProgress:
+    """Progress for non-terminals: one line per 10% so CI logs show the build moving."""
+
+    def __init__(self, console: Console) -> None:
+        self.console, self.last, self.t0 = console, -1, time.monotonic()
+
+    def __enter__(self) -> _LineProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, description: str, total: int | None) -> int:
+        self.description = description
+        return 0
+
+    def update(self, task: int, completed: int, total: int) -> None:
+        decile = completed * 10 // max(total, 1)
+        if decile != self.last:
+            self.last = decile
+            self.console.print(
+                f"{self.description}: {completed}/{total} steps, {time.monotonic() - self.t0:.0f}s"
+            )
+
+
+def _progress(console: Console) -> Progress | _LineProgress:
+    if not console.is_terminal:
+        return _LineProgress(console)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def install(
+    build_dir: Path, engine: Engine, out: Path, manifest: dict, console: Console
+) -> Artifact:
+    """Copy the server and its shared libraries into dist/<id>/ atomically, with manifest."""
+    bin_dir = build_dir / "bin"
+    server = bin_dir / engine.server_target
+    if not server.is_file():
+        raise LlamaspecError(f"The build finished but {server} is missing; see {build_dir}.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "bin").mkdir(parents=True)
+    (tmp / "lib").mkdir()
+    shutil.copy2(server, tmp / "bin" / engine.server_target)
+    extra_bins = [b for b in RPC_SERVER_NAMES if (bin_dir / b).is_file()]
+    for name in extra_bins:
+        shutil.copy2(bin_dir / name, tmp / "bin" / name)
+    # Shared libraries land in bin/ (llama.cpp) or next to their targets (ik_llama.cpp).
+    libs = {}
+    for lib in sorted(build_dir.rglob("*.so*")):
+        if "CMakeFiles" not in lib.parts and lib.name not in libs:
+            libs[lib.name] = lib
+    for name, lib in libs.items():
+        dest = tmp / "lib" / name
+        if lib.is_symlink():
+            dest.symlink_to(os.readlink(lib))
+        else:
+            shutil.copy2(lib, dest)
+    version = _version(tmp / "bin" / engine.server_target)
+    short = manifest["commit"][:7] if manifest["commit"] else None
+    if short and short not in version:
+        raise LlamaspecError(
+            f"The built server reports {version!r}, which does not name commit {short}; "
+            "the version stamp did not take. See the configure log in " + str(build_dir)
+        )
+    manifest = {
+        **manifest,
+        "server_version": version,
+        "binary_sha256": sha256_file(tmp / "bin" / engine.server_target),
+        "files": sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()),
+    }
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    console.print(f"build: installed {out / 'bin' / engine.server_target} ({version})")
+    return Artifact(manifest["artifact_id"], out, manifest, False)
+
+
+def _version(server: Path) -> str:
+    proc = subprocess.run(
+        [str(server), "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    text = (proc.stdout + proc.stderr).strip()
+    lines = [ln for ln in text.splitlines() if ln.startswith("version:")]
+    if proc.returncode != 0 and not lines:
+        raise LlamaspecError(
+            f"{server} --version failed (exit {proc.returncode}); the binary does not run here.",
+            details="\n".join(text.splitlines()[-20:]),
+        )
+    return lines[0] if lines else text.splitlines()[0]

@@ -1,0 +1,205 @@
+"""Build benchmark: llamaspec's build vs plain cmake on the same tree and flags, same run.
+
+Both builds are cold (ccache disabled, empty build directories); the no-op rebuild is
+timed too, and so is the rebuild a patch author waits for: a one-line change to a project
+patch (a new patched tree, a new build directory, ccache warm from the build before).
+Writes reports/bench-build-<artifact>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from llamaspec.engine import build as build_stage
+from llamaspec.engine.build import Artifact
+from llamaspec.engine.toolchain import detect
+from llamaspec.errors import LlamaspecError
+from llamaspec.paths import cache_dir, project_root
+
+BENCH_PATCH = "bench-one-line"
+# Where each engine's server lives; the one-line patch appends a line to it.
+SERVER_SOURCES = ("tools/server/server.cpp", "examples/server/server.cpp")
+
+
+def _ccache_stats(ccache: str | None, env: dict[str, str]) -> dict[str, int]:
+    """ccache's hit/miss counters (`--print-stats`), or {} without ccache."""
+    if not ccache:
+        return {}
+    proc = subprocess.run(
+        [ccache, "--print-stats"], env=env, capture_output=True, text=True, check=False
+    )
+    stats = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
+    keys = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
+    return {k: int(stats[k]) for k in keys if stats.get(k, "").isdigit()}
+
+
+def one_line_patch(tree: Path, engine: str, mark: str) -> tuple[str, str]:
+    """A project patch that appends one line of code to the engine's server source."""
+    rel = next((r for r in SERVER_SOURCES if (tree / r).is_file()), None)
+    if rel is None:
+        raise LlamaspecError(
+            f"The build tree {tree.name} has none of {', '.join(SERVER_SOURCES)}; the "
+            f"one-line patch benchmark does not know where {engine}'s server lives."
+        )
+    old = (tree / rel).read_text(encoding="utf-8").splitlines(keepends=True)
+    new = [*old[:-1], old[-1] if old[-1].endswith("\n") else old[-1] + "\n"] if old else []
+    new.append(f'[[maybe_unused]] static const char * const llamaspec_bench_mark = "{mark}";\n')
+    diff = difflib.unified_diff(old, new, f"a/{rel}", f"b/{rel}", n=3)
+    # a last line without a newline is marked as git does
+    lines = (d if d.endswith("\n") else d + "\n\\ No newline at end of file\n" for d in diff)
+    return rel, f"diff --git a/{rel} b/{rel}\n" + "".join(lines)
+
+
+def _patch_root(root: Path, engine: str) -> Path:
+    """A copy of the project's engines, patch queue and lock with the benchmark patch added."""
+    tmp = Path(tempfile.mkdtemp(prefix="llamaspec-bench-root-"))
+    shutil.copy2(root / "engines.yaml", tmp / "engines.yaml")
+    shutil.copytree(root / "patches", tmp / "patches")
+    if (root / "llamaspec.lock").is_file():
+        shutil.copy2(root / "llamaspec.lock", tmp / "llamaspec.lock")
+    (tmp / "patches" / engine).mkdir(exist_ok=True)
+    with (tmp / "patches" / "series.yaml").open("a", encoding="utf-8") as f:
+        f.write(
+            f"\n  - id: {BENCH_PATCH}\n    engine: {engine}\n"
+            "    title: bench-build one-line change\n    state: project\n"
+            f"    source: {{file: {BENCH_PATCH}.patch}}\n    default: false\n"
+        )
+    return tmp
+
+
+def patch_rebuild(
+    tree: Path, build_cmd: list[str], dist: Path, engine: str, console: Console
+) -> dict:
+    """Build with a one-line project patch (ccache primed), change that line, time the rebuild."""
+    tools = detect()
+    root = _patch_root(project_root(), engine)
+    env = {k: v for k, v in os.environ.items() if k != "CCACHE_DISABLE"}
+    env["LLAMASPEC_ROOT"] = str(root)
+    cmd = [*build_cmd, "--patch", BENCH_PATCH]
+    # what the benchmark adds (artifacts, patched trees with their builds, build links) goes
+    places = [dist, cache_dir() / "work" / engine, cache_dir() / "build"]
+    before = {p: set(p.iterdir()) if p.is_dir() else set() for p in places}
+    try:
+        out: dict = {}
+        for mark, label in (("v1", "prime"), ("v2", "rebuild")):
+            rel, text = one_line_patch(tree, engine, mark)
+            (root / "patches" / engine / f"{BENCH_PATCH}.patch").write_text(text)
+            console.print(f"bench-build: one-line patch to {rel} ({mark}), ccache on…")
+            s0 = _ccache_stats(tools.ccache, env)
+            out[f"{label}_seconds"] = round(_run(cmd, env), 1)
+            s1 = _ccache_stats(tools.ccache, env)
+            out[f"{label}_ccache"] = {k: s1[k] - s0.get(k, 0) for k in s1}
+        out["file"] = rel
+        return out
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        for place, old in before.items():
+            for path in set(place.iterdir()) - old if place.is_dir() else ():
+                if path.is_symlink() or path.is_file():
+                    path.unlink()
+                else:
+                    shutil.rmtree(path, ignore_errors=True)
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise LlamaspecError(
+            f"`{' '.join(cmd[:4])} …` failed during the build benchmark.",
+            details="\n".join((proc.stdout + proc.stderr).splitlines()[-15:]),
+        )
+    return time.monotonic() - t0
+
+
+def bench_build(artifact: Artifact, dist: Path, reports: Path, console: Console) -> dict:
+    """Time a cold plain-cmake build and a cold llamaspec build of the same artifact."""
+    m = artifact.manifest
+    cache_file = cache_dir() / "build" / artifact.id / "CMakeCache.txt"
+    if not cache_file.is_file():
+        raise LlamaspecError(f"Build {artifact.id} here first; its build tree is not cached.")
+    tree = Path(build_stage._read_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
+    tools = detect()
+    env = {**os.environ, "CCACHE_DISABLE": "1"}
+    defines = [f"-D{d['name']}={d['value']}" for d in m["defines"]]
+    target = "llama-server"
+    with tempfile.TemporaryDirectory(prefix="llamaspec-plain-") as plain:
+        console.print("bench-build: plain cmake, cold (ccache disabled)…")
+        t_conf = _run([tools.cmake, "-S", str(tree), "-B", plain, "-G", "Ninja", *defines], env)
+        t_build = _run([tools.cmake, "--build", plain, "--target", target], env)
+    plain_s = t_conf + t_build
+    console.print(f"bench-build: plain cmake {plain_s:.0f}s; llamaspec, cold…")
+    link = cache_dir() / "build" / artifact.id
+    shutil.rmtree(link.resolve())
+    link.unlink(missing_ok=True)
+    shutil.rmtree(artifact.path)
+    src = m["source"]["origin"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llamaspec.cli",
+        "build",
+        "--engine",
+        m["engine"],
+        "--pin",
+        m["commit"],
+        "--source",
+        {"pypi-sdist": "pypi"}.get(src, src),
+        "--dist",
+        str(dist),
+        "--no-smoke",
+        "--backend",
+        m["backend"],
+        *(a for v in m.get("variants", []) for a in ("--variant", v)),
+    ]
+    ls_s = _run(cmd, env)
+    noop_s = _run(cmd, env)
+    one_line = patch_rebuild(tree, cmd, dist, m["engine"], console)
+    hits = one_line["rebuild_ccache"]
+    report = {
+        "artifact_id": artifact.id,
+        "engine": m["engine"],
+        "commit": m["commit"],
+        "cores": os.cpu_count(),
+        "plain_cmake_seconds": round(plain_s, 1),
+        "llamaspec_seconds": round(ls_s, 1),
+        "ratio": round(ls_s / plain_s, 3),
+        "noop_rebuild_seconds": round(noop_s, 2),
+        "one_line_patch": one_line,
+    }
+    reports.mkdir(parents=True, exist_ok=True)
+    stem = reports / f"bench-build-{artifact.id}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(
+        f"# Build benchmark: {artifact.id}\n\n"
+        f"{m['engine']}@{m['commit'][:12]}, `{target}`, {report['cores']} cores, cold, ccache "
+        "disabled, same tree and defines.\n\n"
+        "| build | seconds |\n|---|---|\n"
+        f"| plain cmake (configure + build) | {report['plain_cmake_seconds']} |\n"
+        f"| llamaspec build (fetch cached, patch, configure, build, install) | "
+        f"{report['llamaspec_seconds']} |\n"
+        f"| ratio llamaspec ÷ plain | {report['ratio']} |\n"
+        f"| no-op rebuild (same request again) | {report['noop_rebuild_seconds']} |\n"
+        f"| first build with a one-line project patch (new tree, ccache on) | "
+        f"{one_line['prime_seconds']} |\n"
+        f"| rebuild after changing that line (ccache warm) | {one_line['rebuild_seconds']} |\n"
+        f"\nThe one-line patch appends a line of code to `{one_line['file']}`; ccache over that "
+        f"rebuild: {hits.get('direct_cache_hit', 0)} direct hits, "
+        f"{hits.get('preprocessed_cache_hit', 0)} preprocessed hits, "
+        f"{hits.get('cache_miss', 0)} misses.\n"
+    )
+    console.print(
+        f"bench-build: llamaspec {ls_s:.0f}s (×{report['ratio']}), no-op {noop_s:.1f}s; "
+        f"wrote {stem}.json and .md"
+    )
+    return report

@@ -1,0 +1,272 @@
+"""Patch stage: apply the selected catalog patches to a scratch copy of a source tree.
+
+The pristine source cache is never touched: patches go onto a shared clone in a
+staging directory that is renamed into the work cache only when every patch applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from llamaspec import lock as lockfile
+from llamaspec.config import Engine, PatchEntry
+from llamaspec.engine import gitutil
+from llamaspec.engine import patch_sources as patchsrc
+from llamaspec.engine.sources import SourceTree, staging
+from llamaspec.errors import LlamaspecError, did_you_mean
+from llamaspec.paths import cache_dir
+
+Status = Literal["applied", "in-base", "applies", "skipped", "conflict"]
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    id: str
+    title: str
+    status: Status
+    sha256: str
+    source: str
+
+
+@dataclass(frozen=True)
+class PatchedTree:
+    source: SourceTree
+    path: Path
+    patches: tuple[PatchStatus, ...]
+
+    @property
+    def applied(self) -> tuple[PatchStatus, ...]:
+        return tuple(p for p in self.patches if p.status == "applied")
+
+
+def select(
+    series: Sequence[PatchEntry],
+    engine: str,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    no_defaults: bool = False,
+) -> list[PatchEntry]:
+    """The catalog entries to apply for `engine`, in catalog order."""
+    ids = {p.id: p for p in series}
+    for pid in (*include, *exclude):
+        if pid not in ids:
+            raise LlamaspecError(
+                f"Unknown patch id {pid!r}.{did_you_mean(pid, ids)} "
+                f"Patches in patches/series.yaml: {', '.join(ids) or '(none)'}."
+            )
+        if ids[pid].engine != engine:
+            raise LlamaspecError(
+                f"Patch {pid!r} is for {ids[pid].engine}, not {engine}; drop it or pick "
+                f"--engine {ids[pid].engine}."
+            )
+    chosen = []
+    for entry in series:
+        if entry.engine != engine or entry.id in exclude:
+            continue
+        if entry.id in include or (entry.default and not no_defaults):
+            chosen.append(entry)
+    _requirements(chosen)
+    return chosen
+
+
+def patch_file(entry: PatchEntry, root: Path) -> Path:
+    path = root / "patches" / entry.engine / str(entry.source.file)
+    if not path.is_file():
+        raise LlamaspecError(
+            f"Patch {entry.id!r} names {path}, which does not exist. Restore the file or remove "
+            "the entry from patches/series.yaml."
+        )
+    return path
+
+
+_OUTSIDE = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(.*)$", re.M)
+
+
+def _check_paths(entry: PatchEntry, text: str) -> None:
+    for name in _OUTSIDE.findall(text):
+        name = name.split("\t")[0].strip()
+        if name == "/dev/null":
+            continue
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise LlamaspecError(
+                f"Patch {entry.id!r} touches {name!r}, a path outside the source tree. Patches "
+                "may only change files inside the tree; fix the patch's file headers."
+            )
+
+
+def _requirements(chosen: list[PatchEntry]) -> None:
+    ids = {p.id for p in chosen}
+    for p in chosen:
+        for need in p.requires:
+            if need not in ids:
+                raise LlamaspecError(
+                    f"Patch {p.id!r} requires {need!r}, which is not selected. Add --patch {need} "
+                    f"(or drop {p.id!r})."
+                )
+        for other in p.conflicts:
+            if other in ids:
+                raise LlamaspecError(
+                    f"Patches {p.id!r} and {other!r} conflict; choose one with --no-patch."
+                )
+
+
+def in_base_by_record(entry: PatchEntry, source: SourceTree, engine: Engine) -> str | None:
+    """Why a merged patch is already in `source`, from release/date records or ancestry."""
+    if entry.state != "merged":
+        return None
+    landed = entry.landed
+    if landed and source.commit == engine.pin:
+        if landed.release and engine.build_number and engine.build_number >= landed.release:
+            return f"first in b{landed.release}; the pin is b{engine.build_number}"
+        if landed.date and not landed.release and engine.pin_date >= landed.date:
+            return f"merged {landed.date}; the pin is of {engine.pin_date}"
+    if source.has_history and entry.source.commits:
+        anc = [
+            gitutil.git("merge-base", "--is-ancestor", c, "HEAD", cwd=source.path, check=False)
+            for c in entry.source.commits
+        ]
+        if all(a.returncode == 0 for a in anc):
+            return "its commits are ancestors of the pin"
+    return None
+
+
+def texts_for(
+    entry: PatchEntry,
+    engine: Engine,
+    lock: dict,
+    root: Path,
+    patch_source: str | None,
+    say: Callable[[str], None],
+) -> tuple[list[str], str]:
+    """The diff(s) of an entry, in order, and a label for the manifest."""
+    if entry.source.file:
+        text = patch_file(entry, root).read_text(encoding="utf-8")
+        return [text], f"file:patches/{entry.engine}/{entry.source.file}"
+    commits = lockfile.patch_commits(entry, lock)
+    if not commits:
+        raise LlamaspecError(
+            f"Patch {entry.id!r} ({'PR head' if entry.source.pr_head else 'short SHA'}) is not "
+            "resolved in llamaspec.lock. Run `nox -s lock -- --patch-source DIR` with a mirror of "
+            f"{engine.git_url}, or drop it with --no-patch {entry.id}."
+        )
+    texts = [patchsrc.commit_diff(engine, c, patch_source, say) for c in commits]
+    return texts, "commits:" + ",".join(c[:12] for c in commits)
+
+
+def apply(
+    source: SourceTree,
+    entries: Sequence[PatchEntry],
+    root: Path,
+    say: Callable[[str], None],
+    engine: Engine | None = None,
+    lock: dict | None = None,
+    patch_source: str | None = None,
+) -> PatchedTree:
+    """Apply `entries` to a copy of `source`; the result is cached by (tree, patch contents)."""
+    if not entries:
+        return PatchedTree(source=source, path=source.path, patches=())
+    lock = lock or {"engines": {}, "patches": {}}
+    decided: list[tuple[PatchEntry, str | None, list[str], str, str]] = []
+    for entry in entries:
+        why = in_base_by_record(entry, source, engine) if engine else None
+        if why:
+            decided.append((entry, why, [], "", "record"))
+            continue
+        if engine is None and not entry.source.file:
+            raise LlamaspecError(f"Patch {entry.id!r} needs the engine to resolve its commits.")
+        texts, label = texts_for(entry, engine, lock, root, patch_source, say)  # type: ignore[arg-type]
+        for text in texts:
+            _check_paths(entry, text)
+        digest = hashlib.sha256("".join(texts).encode()).hexdigest()
+        decided.append((entry, None, texts, digest, label))
+    key = hashlib.sha256(
+        json.dumps([source.content_key, [(e.id, d, w) for e, w, _, d, _ in decided]]).encode()
+    ).hexdigest()[:16]
+    final = cache_dir() / "work" / source.engine / f"{source.short}-{key}"
+    meta = final.parent / f"{final.name}.json"
+    if final.is_dir() and meta.is_file():
+        statuses = tuple(PatchStatus(**s) for s in json.loads(meta.read_text()))
+        say(f"patches: cached patched tree ({len(statuses)} patches) at {final}")
+        return PatchedTree(source=source, path=final, patches=statuses)
+    if all(why for _, why, _, _, _ in decided):
+        for entry, why, _, _, _ in decided:
+            say(f"patches: {entry.id}: in-base ({why})")
+        statuses = tuple(PatchStatus(e.id, e.title, "in-base", "", "record") for e, *_ in decided)
+        return PatchedTree(source=source, path=source.path, patches=statuses)
+    statuses = []
+    label_tree = f"{source.engine}@{source.short}"
+    with staging(final) as tmp:
+        tmp.rmdir()
+        # A plain copy, not a clone: mirrors may lack large blobs (models/*.gguf) that a
+        # checkout would need, and the copy keeps whatever the source tree has.
+        shutil.copytree(
+            source.path,
+            tmp,
+            symlinks=True,
+            # build directories inside the source tree stay behind (see build.build_dir_for)
+            ignore=lambda d, names: [".llamaspec-build"] if Path(d) == source.path else [],
+        )
+        gitutil.git("update-index", "-q", "--refresh", cwd=tmp, check=False)
+        for entry, why, texts, digest, label in decided:
+            if why:
+                statuses.append(PatchStatus(entry.id, entry.title, "in-base", "", "record"))
+                say(f"patches: {entry.id}: in-base ({why})")
+                continue
+            if entry.only_if_missing and (tmp / entry.only_if_missing).exists():
+                statuses.append(PatchStatus(entry.id, entry.title, "skipped", digest, label))
+                say(f"patches: {entry.id}: skipped ({entry.only_if_missing} is present)")
+                continue
+            status = _apply_all(tmp, entry, texts, label_tree, label)
+            statuses.append(PatchStatus(entry.id, entry.title, status, digest, label))
+            say(f"patches: {entry.id}: {status}")
+        # Left staged, not committed: HEAD stays the engine commit, so trees whose build
+        # info comes from git (`git rev-parse HEAD`) still name the engine commit.
+        gitutil.git("add", "-A", cwd=tmp)
+        meta.write_text(json.dumps([asdict(s) for s in statuses], indent=2) + "\n")
+    return PatchedTree(source=source, path=final, patches=tuple(statuses))
+
+
+def check(tree: Path, texts: Sequence[str]) -> Status | str:
+    """in-base | applies | conflict, without touching `tree`."""
+    if texts and all(
+        gitutil.git("apply", "--check", "-R", "-", cwd=tree, check=False, input_text=t).returncode
+        == 0
+        for t in texts
+    ):
+        return "in-base"
+    first = gitutil.git("apply", "--check", "-", cwd=tree, check=False, input_text=texts[0])
+    return "applies" if first.returncode == 0 else "conflict"
+
+
+def _apply_all(tree: Path, entry: PatchEntry, texts: Sequence[str], label: str, src: str) -> Status:
+    if all(
+        gitutil.git("apply", "--check", "-R", "-", cwd=tree, check=False, input_text=t).returncode
+        == 0
+        for t in texts
+    ):
+        return "in-base"
+    for text in texts:
+        proc = gitutil.git(
+            "apply", "--3way", "--index", "-", cwd=tree, check=False, input_text=text
+        )
+        if proc.returncode != 0:
+            failed = [ln for ln in proc.stderr.splitlines() if ln.startswith(("error:", "U "))]
+            written = (
+                f"it was written against {entry.source.commits[0][:12]}^"
+                if entry.source.commits
+                else f"it comes from {src}"
+            )
+            raise LlamaspecError(
+                f"Patch {entry.id!r} ({entry.title}) does not apply to {label}: "
+                + "; ".join(failed[:8] or proc.stderr.strip().splitlines()[-3:])
+                + f". The cached source was left untouched; {written}. Pick a pin the patch "
+                f"was written for, drop it with --no-patch {entry.id}, or refresh it."
+            )
+    return "applied"

@@ -1,0 +1,150 @@
+"""Where commit patches come from: the engine's remote or a mirror, cached by SHA.
+
+Diffs of engine commits are fetched shallowly (the commit and its parent), or read from a
+local mirror the user names, and cached under the user cache so rebuilds and air-gapped
+machines work (`llamaspec patches export DIR` / `import DIR`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from llamaspec.config import FULL_SHA, Engine
+from llamaspec.engine import gitutil
+from llamaspec.engine.sources import UNREACHABLE_HINTS
+from llamaspec.errors import LlamaspecError
+from llamaspec.paths import cache_dir
+
+Say = Callable[[str], None]
+
+
+def diff_cache(engine: str) -> Path:
+    path = cache_dir() / "patches" / engine
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cached_diff(engine: str, sha: str) -> str | None:
+    path = diff_cache(engine) / f"{sha}.diff"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def _is_local_repo(source: str) -> Path | None:
+    path = Path(source).expanduser()
+    if (
+        path.is_dir()
+        and gitutil.git("rev-parse", "--git-dir", cwd=path, check=False).returncode == 0
+    ):
+        return path.resolve()
+    return None
+
+
+def commit_diff(engine: Engine, sha: str, patch_source: str | None, say: Say) -> str:
+    """The diff of `sha` against its first parent, from the cache, a mirror or the remote."""
+    if not FULL_SHA.match(sha):
+        raise LlamaspecError(
+            f"Patch commit {sha!r} is not a full SHA. Short SHAs and PR heads are resolved into "
+            "llamaspec.lock by `nox -s lock` (needs the engine's remote or --patch-source DIR)."
+        )
+    if (text := cached_diff(engine.name, sha)) is not None:
+        return text
+    source = patch_source or engine.git_url
+    local = _is_local_repo(source)
+    if local is not None:
+        have = gitutil.git("cat-file", "-e", f"{sha}^{{commit}}", cwd=local, check=False)
+        if have.returncode != 0:
+            raise LlamaspecError(
+                f"The mirror {local} has no commit {sha}. Update it (`git -C {local} fetch`) or "
+                "point --patch-source at a mirror that has it."
+            )
+        text = _diff(local, sha)
+    else:
+        say(f"patches: fetching commit {sha[:12]} and its parent from {source}")
+        with tempfile.TemporaryDirectory(prefix="llamaspec-patch-") as tmp:
+            gitutil.git("init", "-q", tmp)
+            proc = gitutil.git(
+                "fetch", "-q", "--depth", "2", "--no-tags", source, sha, cwd=Path(tmp), check=False
+            )
+            if proc.returncode != 0:
+                err = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"
+                if any(h in proc.stderr.lower() for h in UNREACHABLE_HINTS):
+                    raise LlamaspecError(
+                        f"Cannot fetch patch commit {sha[:12]}: {source} is unreachable ({err}) "
+                        "and "
+                        f"no diff is cached. On a machine with access run `llamaspec patches "
+                        f"export DIR`, copy DIR here and run `llamaspec patches import DIR`, or "
+                        f"give --patch-source with a local mirror of {engine.name}."
+                    )
+                raise LlamaspecError(
+                    f"{source} has no commit {sha}: {err}. Check the SHA in patches/series.yaml "
+                    "or llamaspec.lock."
+                )
+            text = _diff(Path(tmp), sha)
+    (diff_cache(engine.name) / f"{sha}.diff").write_text(text, encoding="utf-8")
+    return text
+
+
+def _diff(repo: Path, sha: str) -> str:
+    return gitutil.git("diff", "--binary", "--full-index", f"{sha}^", sha, cwd=repo).stdout
+
+
+def resolve_commitish(engine: Engine, ref: str, patch_source: str | None) -> str:
+    """A full SHA for an abbreviated SHA (needs a local mirror) or a full one (checked)."""
+    local = _is_local_repo(patch_source) if patch_source else None
+    if local is None:
+        if FULL_SHA.match(ref):
+            return ref
+        raise LlamaspecError(
+            f"Cannot resolve the short SHA {ref!r} without the engine's history: git remotes "
+            f"cannot be asked for abbreviated SHAs. Run `nox -s lock -- --patch-source DIR` with "
+            f"a clone or mirror of {engine.git_url}."
+        )
+    proc = gitutil.git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=local, check=False)
+    if proc.returncode != 0:
+        raise LlamaspecError(f"The mirror {local} has no commit {ref!r}.")
+    return proc.stdout.strip()
+
+
+def resolve_pr(engine: Engine, pr: int, patch_source: str | None) -> list[str]:
+    """The commits of pull request `pr` that are not on the engine's main branch, oldest first."""
+    source = patch_source or engine.git_url
+    local = _is_local_repo(source)
+    if local is None:
+        raise LlamaspecError(
+            f"Resolving PR #{pr} needs the engine's history; run `nox -s lock -- --patch-source "
+            f"{engine.name}=DIR` with a mirror of {engine.git_url} that has refs/pull/*."
+        )
+    head = gitutil.git(
+        "rev-parse", "--verify", "-q", f"refs/pull/{pr}/head", cwd=local, check=False
+    )
+    if head.returncode != 0:
+        raise LlamaspecError(f"The mirror {local} has no refs/pull/{pr}/head.")
+    return gitutil.git(
+        "rev-list", "--reverse", "--no-merges", f"HEAD..{head.stdout.strip()}", cwd=local
+    ).stdout.split()
+
+
+def export_diffs(engine_names: list[str], dest: Path) -> int:
+    dest.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for name in engine_names:
+        for diff in diff_cache(name).glob("*.diff"):
+            (dest / name).mkdir(exist_ok=True)
+            shutil.copy2(diff, dest / name / diff.name)
+            n += 1
+    return n
+
+
+def import_diffs(src: Path) -> int:
+    if not src.is_dir():
+        raise LlamaspecError(f"{src} is not a directory written by `llamaspec patches export`.")
+    n = 0
+    for diff in src.glob("*/*.diff"):
+        if not FULL_SHA.match(diff.stem):
+            raise LlamaspecError(f"{diff} is not named <full sha>.diff; refusing to import it.")
+        shutil.copy2(diff, diff_cache(diff.parent.name) / diff.name)
+        n += 1
+    return n

@@ -1,0 +1,185 @@
+"""The build pipeline in one place: BuildSpec → fetch → patch → build (→ smoke)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from rich.console import Console
+
+from llamaspec import config
+from llamaspec import lock as lockfile
+from llamaspec.engine import backends, preflight, sources, toolchain
+from llamaspec.engine import build as build_stage
+from llamaspec.engine import patch_queue as patches
+from llamaspec.engine import profiles as flags
+from llamaspec.engine import user_config as userconfig
+from llamaspec.errors import choose
+from llamaspec.models.dialects import probe_dialect
+from llamaspec.models.embedded import embedded_model
+from llamaspec.proof import smoke
+from llamaspec.proof.client import server_help
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """Everything a build needs, validated before any work starts."""
+
+    engine: str = "llama.cpp"
+    pin: str | None = None
+    source: sources.SourceKind = "auto"
+    source_dir: Path | None = None
+    backend: str = "cpu"
+    patch: tuple[str, ...] = ()
+    no_patch: tuple[str, ...] = ()
+    no_default_patches: bool = False
+    defines: tuple[str, ...] = ()
+    jobs: int | None = None
+    dist: Path = field(default_factory=lambda: Path("dist"))
+    smoke: bool = True
+    patch_source: str | None = None
+    variants: tuple[str, ...] = ()
+    cuda_arch: str | None = None
+
+
+def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> build_stage.Artifact:
+    engines = config.load_engines(root)
+    engine = engines[choose("engine", spec.engine, engines)]
+    backend = backends.check_backend(spec.backend)
+    resolved = resolve_options(spec, engine.name)
+    series = config.load_series(root)
+    selected = patches.select(
+        series, engine.name, spec.patch, spec.no_patch, spec.no_default_patches
+    )
+    tools = toolchain.detect()
+    preflight.run(backend, tools, None, resolved.archs, resolved.defines).require()
+    say = console.print
+    locked = lockfile.load(root or _root())
+    lockfile.check_pin(engine, spec.pin or engine.pin, locked)
+    tree = sources.fetch(engine, spec.pin, spec.source, spec.source_dir, say)
+    patched = patches.apply(
+        tree,
+        selected,
+        root or _root(),
+        say,
+        engine=engine,
+        lock=locked,
+        patch_source=spec.patch_source,
+    )
+    checked = preflight.run(backend, tools, patched.path, resolved.archs, resolved.defines)
+    for check in checked.checks:
+        console.print(f"preflight: {check.name}: {check.found}")
+    checked.require()
+    artifact = build_stage.build(
+        engine,
+        patched,
+        backend,
+        resolved.defines,
+        tools,
+        spec.dist,
+        resolved.jobs,
+        console,
+        variants=resolved.variants,
+        internal=checked.defines,
+        manifest_extra={"preflight": checked.summary(), "user_config": resolved.config_file},
+    )
+    console.print(f"artifact: {artifact.id} → {artifact.path}")
+    if spec.smoke:
+        run_smoke(artifact, console, root)
+    return artifact
+
+
+@dataclass(frozen=True)
+class Options:
+    """Build options after layering: CLI > user config > profile."""
+
+    defines: tuple[flags.Define, ...]
+    variants: tuple[str, ...]
+    archs: tuple[str, ...] | None
+    jobs: int | None
+    config_file: str | None
+
+
+def resolve_options(spec: BuildSpec, engine: str) -> Options:
+    """Merge the user config under the CLI and validate it all before any work starts."""
+    user, path = userconfig.load()
+    mine = user.for_backend(spec.backend)
+    origin = f"user config {path}"
+    extra = [flags.parse_define(f"{k}={v}", origin) for k, v in mine.defines.items()]
+    arch_text, arch_origin = (
+        (spec.cuda_arch, "--cuda-arch") if spec.cuda_arch else (mine.cuda_arch, origin)
+    )
+    if arch_text:
+        archs = backends.parse_cuda_arch(arch_text, arch_origin)
+        extra.append(backends.cuda_arch_define(archs, arch_origin))
+    extra += [flags.parse_define(d, "--define") for d in spec.defines]
+    final_arch = [d for d in extra if d.name == "CMAKE_CUDA_ARCHITECTURES"]
+    archs_final = (
+        backends.parse_cuda_arch(final_arch[-1].value, final_arch[-1].origin)
+        if final_arch
+        else None
+    )
+    variants = spec.variants or tuple(mine.variants or ())
+    merged = flags.merge(engine, spec.backend, extra, None, variants)
+    backends.check_conflicts(spec.backend, merged)
+    return Options(
+        tuple(extra), variants, archs_final, spec.jobs or user.jobs, str(path) if path else None
+    )
+
+
+# Lavapipe runs shaders on the CPU and compiles each pipeline on first use (minutes on
+# small machines): the Vulkan smoke asks for fewer tokens and leaves flash attention (the
+# largest shader) off; each setting applies only when the environment does not set it.
+VULKAN_N_PREDICT = 32
+VULKAN_SMOKE_ENV = (
+    ("GGML_VK_VISIBLE_DEVICES", "0", "Vulkan device 0; ggml-vulkan hides lavapipe otherwise"),
+    ("LLAMA_ARG_FLASH_ATTN", "off", "no flash-attention pipeline to compile"),
+    ("LLAMASPEC_SERVER_READY_TIMEOUT", "3600", "a cold lavapipe start compiles pipelines"),
+)
+
+
+def run_smoke(
+    artifact: build_stage.Artifact, console: Console, root: Path | None = None
+) -> smoke.SmokeReport:
+    model = embedded_model(console.print)
+    prompts = smoke.SMOKE_PROMPTS
+    if artifact.manifest.get("backend") == "vulkan":
+        prompts = tuple(replace(p, n_predict=VULKAN_N_PREDICT) for p in prompts)
+        for name, value, why in VULKAN_SMOKE_ENV:
+            if name not in os.environ:
+                os.environ[name] = value
+                console.print(f"smoke: {name}={value} ({why})")
+    return smoke.smoke(
+        artifact, dialect_for(artifact, console, root), model, artifact.path, console, prompts
+    )
+
+
+def _root() -> Path:
+    from llamaspec.paths import project_root
+
+    return project_root()
+
+
+def newest_artifact(dist: Path) -> str:
+    """The id of the most recently built artifact in `dist`."""
+    from llamaspec.errors import LlamaspecError
+
+    found = sorted(dist.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise LlamaspecError(f"No artifacts in {dist}; build one first with `nox -s build-cpu`.")
+    return found[-1].parent.name
+
+
+def dialect_for(artifact: build_stage.Artifact, console: Console, root: Path | None = None) -> str:
+    """The engine's recorded dialect at its default pin; otherwise probe the binary's --help."""
+    engines = config.load_engines(root)
+    engine = engines[choose("engine", artifact.manifest["engine"], engines)]
+    if artifact.manifest.get("commit") == engine.pin:
+        return engine.dialect
+    dialect = probe_dialect(engine.name, server_help(artifact.server))
+    console.print(
+        f"dialect: {engine.name}@{(artifact.manifest.get('commit') or 'local')[:12]} is not the "
+        f"default pin; its --help speaks the {dialect!r} dialect"
+    )
+    return dialect

@@ -1,0 +1,73 @@
+"""The user's own build defaults: a YAML file in the user config dir.
+
+Precedence: command line > this file > engine/backend profile (and its variants).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+import platformdirs
+from pydantic import BeforeValidator, Field
+
+from llamaspec.config import Frozen, _read_yaml, parse
+
+
+def _cmake_value(value: object) -> str:
+    """YAML reads ON/OFF/yes as booleans; CMake wants the words back."""
+    if isinstance(value, bool):
+        return "ON" if value else "OFF"
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    raise ValueError(f"{value!r} is not a CMake value (a string, number or ON/OFF)")
+
+
+CMakeValue = Annotated[str, BeforeValidator(_cmake_value)]
+
+
+class BackendDefaults(Frozen):
+    """Defaults for one backend; they override the file's top-level ones."""
+
+    defines: dict[str, CMakeValue] = Field(default_factory=dict)
+    variants: tuple[str, ...] | None = None
+    cuda_arch: CMakeValue | None = None
+
+
+class UserConfig(Frozen):
+    """`config.yaml`: jobs, variants, defines and CUDA archs, overall or per backend."""
+
+    jobs: Annotated[int, Field(gt=0)] | None = None
+    variants: tuple[str, ...] = ()
+    defines: dict[str, CMakeValue] = Field(default_factory=dict)
+    cuda_arch: CMakeValue | None = None
+    backends: dict[Literal["cpu", "cuda", "vulkan"], BackendDefaults] = Field(default_factory=dict)
+
+    def for_backend(self, backend: str) -> BackendDefaults:
+        """The file's defaults for `backend`, per-backend entries winning."""
+        own = self.backends.get(backend)  # type: ignore[call-overload]
+        if own is None:
+            return BackendDefaults(
+                defines=self.defines, variants=self.variants or None, cuda_arch=self.cuda_arch
+            )
+        return BackendDefaults(
+            defines={**self.defines, **own.defines},
+            variants=own.variants if own.variants is not None else (self.variants or None),
+            cuda_arch=own.cuda_arch or self.cuda_arch,
+        )
+
+
+def config_path() -> Path:
+    """LLAMASPEC_CONFIG, else `<user config dir>/llamaspec/config.yaml`."""
+    env = os.environ.get("LLAMASPEC_CONFIG")
+    return Path(env) if env else Path(platformdirs.user_config_dir("llamaspec")) / "config.yaml"
+
+
+def load(path: Path | None = None) -> tuple[UserConfig, Path | None]:
+    """The validated user config and where it came from (None: no file, all defaults)."""
+    path = path or config_path()
+    if not path.is_file():
+        return UserConfig(), None
+    raw = _read_yaml(path)
+    return parse(UserConfig, raw if raw is not None else {}, str(path)), path

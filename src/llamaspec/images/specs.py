@@ -1,0 +1,280 @@
+"""Docker images: what an image is made of (spec), what it says it is (labels, tags).
+
+Pure functions on frozen values; `containers.py` runs the tools. An image is built from
+docker/Dockerfile.<backend> by the same fetch → patch → build code as a local build, so
+its labels are computed from the manifest that build wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from llamaspec.config import Engine
+from llamaspec.errors import LlamaspecError, choose
+
+BACKENDS = ("cpu", "cuda", "vulkan")
+REPOSITORY = "llamaspec"
+DEFAULT_REGISTRY = "ghcr.io/llamaspec"
+LOCAL_REGISTRY = "localhost"
+LABEL_PREFIX = "io.llamaspec."
+# Default base images per backend (build arguments BASE_IMAGE / BUILD_IMAGE override them).
+BASES: dict[str, tuple[str, str]] = {
+    # backend: (runtime base, build-stage base)
+    "cpu": ("docker.io/library/debian:bookworm-slim", "docker.io/library/debian:bookworm-slim"),
+    "vulkan": ("docker.io/library/debian:trixie-slim", "docker.io/library/debian:trixie-slim"),
+    "cuda": (
+        "docker.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04",
+        "docker.io/nvidia/cuda:12.8.1-devel-ubuntu24.04",
+    ),
+}
+
+
+class ImageSpec(BaseModel):
+    """Inputs of one image: the build inputs plus where it is published."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: str = "llama.cpp"
+    backend: str = "cpu"
+    pin: str | None = None
+    patches: tuple[str, ...] = ()  # "ID" adds, "-ID" drops, "none" drops the defaults
+    variants: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+    registry: str = LOCAL_REGISTRY
+    base_image: str | None = None
+    build_image: str | None = None
+
+    @property
+    def is_default(self) -> bool:
+        """Default pin, patches and profile: the build a rolling tag may point at."""
+        return not (self.pin or self.patches or self.variants or self.defines)
+
+    def dockerfile(self, root: Path) -> Path:
+        return root / "docker" / f"Dockerfile.{self.backend}"
+
+    def build_args(self) -> dict[str, str]:
+        """Build arguments of the build stage (the inputs of `llamaspec build`)."""
+        args = {"ENGINE": self.engine, "BACKEND": self.backend}
+        # empty values are left out, so a Dockerfile's own defaults (e.g. the CUDA
+        # architectures in DEFINES) apply
+        optional = {
+            "PIN": self.pin or "",
+            "PATCHES": ",".join(self.patches),
+            "VARIANTS": ",".join(self.variants),
+            "DEFINES": " ".join(self.defines),
+        }
+        args.update({k: v for k, v in optional.items() if v})
+        if self.base_image:
+            args["BASE_IMAGE"] = self.base_image
+        if self.build_image:
+            args["BUILD_IMAGE"] = self.build_image
+        return args
+
+
+def validate(spec: ImageSpec, engines: Mapping[str, Engine]) -> ImageSpec:
+    """Known engine and backend (with a did-you-mean), a pin that is a full SHA."""
+    choose("engine", spec.engine, engines)
+    choose("backend", spec.backend, BACKENDS)
+    if spec.pin and not re.fullmatch(r"[0-9a-f]{40}", spec.pin):
+        raise LlamaspecError(
+            f"--pin {spec.pin!r} is not a full 40-character commit SHA; images are labelled "
+            f"with the exact engine commit. The default pin of {spec.engine} is "
+            f"{engines[spec.engine].pin}."
+        )
+    return spec
+
+
+def parse_patches(text: str) -> tuple[list[str], list[str], bool]:
+    """`"a,-b,none"` → (include, exclude, no_defaults) for `llamaspec build`."""
+    include, exclude, no_defaults = [], [], False
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if item == "none":
+            no_defaults = True
+        elif item.startswith("-"):
+            exclude.append(item[1:])
+        else:
+            include.append(item.removeprefix("+"))
+    return include, exclude, no_defaults
+
+
+def split_list(text: str) -> list[str]:
+    return [t for t in re.split(r"[,\s]+", text) if t]
+
+
+# --- labels ------------------------------------------------------------------------------
+
+
+def patch_ids(manifest: Mapping) -> str:
+    """`id=status` for every catalog patch the build considered, in order."""
+    return ",".join(f"{p['id']}={p['status']}" for p in manifest.get("patches", []))
+
+
+def build_labels(manifest: Mapping) -> dict[str, str]:
+    """What the build stage knows about the image; written to /opt/llamaspec/labels.txt."""
+    return {
+        "engine": manifest["engine"],
+        "engine-commit": manifest.get("commit") or "",
+        "patches": patch_ids(manifest),
+        "backend": manifest["backend"],
+        "artifact-id": manifest["artifact_id"],
+    }
+
+
+def labels_txt(manifest: Mapping) -> str:
+    """labels.txt: the exact text the runtime stage compares its label arguments with."""
+    return "".join(f"{k}={v}\n" for k, v in build_labels(manifest).items())
+
+
+def label_args(manifest: Mapping, source: str, revision: str) -> dict[str, str]:
+    """Build arguments of the runtime stage: its OCI labels, from the built manifest."""
+    labels = build_labels(manifest)
+    return {
+        "SOURCE": source,
+        "REVISION": revision,
+        "ENGINE": labels["engine"],
+        "ENGINE_COMMIT": labels["engine-commit"],
+        "PATCH_IDS": labels["patches"],
+        "BACKEND": labels["backend"],
+        "ARTIFACT_ID": labels["artifact-id"],
+    }
+
+
+def image_labels(manifest: Mapping, source: str, revision: str) -> dict[str, str]:
+    """The labels an image built from `manifest` carries (as `docker inspect` shows them)."""
+    out = {
+        "org.opencontainers.image.source": source,
+        "org.opencontainers.image.revision": revision,
+    }
+    out.update({LABEL_PREFIX + k: v for k, v in build_labels(manifest).items()})
+    return out
+
+
+def check_labels(
+    labels: Mapping[str, str], image: str, engine: str, backend: str, pin: str | None
+) -> None:
+    """Refuse an image whose labels do not say it is the requested engine/backend/pin."""
+    got = {k.removeprefix(LABEL_PREFIX): v for k, v in labels.items() if k.startswith(LABEL_PREFIX)}
+    want = {"engine": engine, "backend": backend}
+    if pin:
+        want["engine-commit"] = pin
+    wrong = [
+        f"{key} is {got.get(key)!r}, not {value!r}"
+        for key, value in want.items()
+        if got.get(key) != value
+    ]
+    if not got.get("artifact-id"):
+        wrong.append("it has no io.llamaspec.artifact-id label")
+    if wrong:
+        raise LlamaspecError(
+            f"Refusing {image}: its labels do not match what was asked for ({'; '.join(wrong)}). "
+            "A tag can be moved to another image, so llamaspec trusts the labels, not the tag. "
+            "Pull the immutable tag of the build you want, or build it yourself with "
+            f"`nox -s docker-build -- --engine {engine} --backend {backend}`."
+        )
+
+
+# --- tags --------------------------------------------------------------------------------
+
+
+def _short_hash(artifact_id: str) -> str:
+    return artifact_id.rsplit("-", 1)[-1]
+
+
+def immutable_tag(engine: str, backend: str, commit: str, artifact_id: str) -> str:
+    """`<engine>-<backend>-<engine short sha>-<artifact id hash>`."""
+    return f"{engine}-{backend}-{commit[:7]}-{_short_hash(artifact_id)}"
+
+
+def rolling_tag(engine: str, backend: str) -> str:
+    return f"{engine}-{backend}"
+
+
+def image_ref(registry: str, tag: str) -> str:
+    """`<registry>/llamaspec:<tag>`; registries are lower-case (GHCR owners may not be)."""
+    return f"{registry.rstrip('/').lower()}/{REPOSITORY}:{tag}"
+
+
+def tags(spec: ImageSpec, manifest: Mapping) -> list[str]:
+    """Full references: the immutable tag, and the rolling tag for default builds."""
+    commit = manifest.get("commit") or "local"
+    out = [
+        image_ref(
+            spec.registry, immutable_tag(spec.engine, spec.backend, commit, manifest["artifact_id"])
+        )
+    ]
+    if spec.is_default:
+        out.append(image_ref(spec.registry, rolling_tag(spec.engine, spec.backend)))
+    return out
+
+
+# --- the matrix --------------------------------------------------------------------------
+
+
+def matrix(engines: Sequence[str], backends: Sequence[str] = BACKENDS) -> list[dict[str, str]]:
+    """Engine × backend, as the publishing workflow's matrix `include` list."""
+    return [
+        {
+            "engine": e,
+            "backend": b,
+            "dockerfile": f"docker/Dockerfile.{b}",
+            "smoke": "true" if b in ("cpu", "vulkan") else "false",
+        }
+        for e in engines
+        for b in backends
+    ]
+
+
+def bake(engines: Mapping[str, Engine], registry: str = DEFAULT_REGISTRY) -> str:
+    """docker-bake.hcl text for the whole matrix (rolling tags; the workflow adds the
+    immutable tag once the manifest of each build is known)."""
+    lines = [
+        "# Generated by `llamaspec docker bake`; do not edit (tests check it is current).",
+        'variable "REGISTRY" {',
+        f'  default = "{registry}"',
+        "}",
+        'variable "REVISION" {',
+        '  default = ""',
+        "}",
+        "",
+        'group "default" {',
+        "  targets = [" + ", ".join(f'"{_target(e, b)}"' for e in engines for b in BACKENDS) + "]",
+        "}",
+    ]
+    for name in engines:
+        for backend in BACKENDS:
+            runtime, build = BASES[backend]
+            lines += [
+                "",
+                f'target "{_target(name, backend)}" {{',
+                '  context = "."',
+                f'  dockerfile = "docker/Dockerfile.{backend}"',
+                '  target = "runtime"',
+                "  args = {",
+                f'    ENGINE = "{name}"',
+                f'    BACKEND = "{backend}"',
+                f'    BASE_IMAGE = "{runtime}"',
+                f'    BUILD_IMAGE = "{build}"',
+                "    REVISION = REVISION",
+                "  }",
+                f'  tags = ["${{REGISTRY}}/{REPOSITORY}:{rolling_tag(name, backend)}"]',
+                "}",
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def _target(engine: str, backend: str) -> str:
+    return f"{engine.replace('.', '').replace('_', '-')}-{backend}"
+
+
+def read_manifest(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise LlamaspecError(f"Cannot read the image's manifest {path}: {exc}") from None

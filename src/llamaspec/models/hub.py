@@ -1,0 +1,321 @@
+"""Model files from Hugging Face: metadata, header range reads, verified downloads.
+
+Files land in the standard HF cache layout (shared with other tools; `HF_HOME`,
+`HF_HUB_CACHE`, `HF_ENDPOINT` and `HF_TOKEN` apply). `huggingface_hub` resolves metadata,
+builds URLs and headers, and streams with progress and in-call retries; its
+`hf_hub_download` no longer resumes across runs (each run writes a fresh temporary file),
+so llamaspec keeps the partial file under a stable name and resumes it with a range
+request. llamaspec adds the free-disk check, sha256 verification before a file enters the
+cache, and the record of what was downloaded in llamaspec.lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import huggingface_hub as hf
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import errors as hf_errors
+from huggingface_hub.file_download import http_get, repo_folder_name
+from rich.console import Console
+
+from llamaspec.config import ModelFile
+from llamaspec.errors import LlamaspecError
+from llamaspec.models import compat
+from llamaspec.paths import cache_dir
+
+DISK_MARGIN = 1 << 30  # keep 1 GiB free after a download
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file on the hub, as its metadata (HEAD on the resolve URL) describes it."""
+
+    repo: str
+    filename: str
+    revision: str
+    url: str
+    size: int | None
+    sha256: str | None  # the LFS object id (the hub's X-Linked-Etag)
+    commit: str | None
+    etag: str = ""
+    location: str = ""  # where the content is (the hub redirects LFS files to a CDN)
+
+
+def endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT") or hf_constants.ENDPOINT
+
+
+def _token() -> str | None:
+    return os.environ.get("HF_TOKEN") or hf.get_token()
+
+
+@contextlib.contextmanager
+def hub_errors(model: ModelFile, filename: str) -> Iterator[None]:
+    """Turn huggingface_hub's exceptions into one-paragraph errors that say what to do."""
+    where = f"{model.repo}/{filename}" + (f"@{model.revision[:12]}" if model.revision else "")
+    try:
+        yield
+    except hf_errors.GatedRepoError:
+        has = "The token in HF_TOKEN was refused" if _token() else "No token is set"
+        raise LlamaspecError(
+            f"{model.repo} is a gated repository: {has}. Accept its license at "
+            f"{endpoint()}/{model.repo}, create a read token at {endpoint()}/settings/tokens, "
+            "then `export HF_TOKEN=hf_...` (or `hf auth login`) and run again."
+        ) from None
+    except hf_errors.RevisionNotFoundError:
+        raise LlamaspecError(
+            f"Revision {model.revision} of {model.repo} does not exist on {endpoint()}. "
+            "Fix `revision` in models.yaml (a full commit SHA of that repo)."
+        ) from None
+    except hf_errors.RemoteEntryNotFoundError:
+        raise LlamaspecError(
+            f"{filename} is not in {model.repo} on {endpoint()} ({where}). Check `file` in "
+            f"models.yaml against the repo's file list at {endpoint()}/{model.repo}/tree/main."
+        ) from None
+    except hf_errors.RepositoryNotFoundError:
+        raise LlamaspecError(
+            f"Repository {model.repo} was not found on {endpoint()} (or it is private and no "
+            "valid HF_TOKEN is set). Check `repo` in models.yaml."
+        ) from None
+    except (hf_errors.LocalEntryNotFoundError, hf_errors.OfflineModeIsEnabled, OSError) as exc:
+        if isinstance(exc, hf_errors.HfHubHTTPError):
+            status = exc.response.status_code if exc.response is not None else "?"
+            raise LlamaspecError(
+                f"{endpoint()} answered HTTP {status} for {where}: {exc.server_message or exc}. "
+                "Try again later, or check HF_ENDPOINT."
+            ) from None
+        raise LlamaspecError(
+            f"Could not reach {endpoint()} to fetch {where} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). Check the network or "
+            "HF_ENDPOINT; files already downloaded are used from the HF cache."
+        ) from None
+    except httpx.HTTPError as exc:
+        raise LlamaspecError(
+            f"Could not reach {endpoint()} to fetch {where} ({exc}). Check the network or "
+            "HF_ENDPOINT."
+        ) from None
+
+
+def remote_file(model: ModelFile, filename: str) -> RemoteFile:
+    """Metadata of one file: size, sha256 and the commit the revision resolves to."""
+    revision = model.revision or "main"
+    url = hf.hf_hub_url(model.repo or "", filename, revision=revision, endpoint=endpoint())
+    with hub_errors(model, filename):
+        meta = hf.get_hf_file_metadata(url, token=_token(), endpoint=endpoint())
+    etag = (meta.etag or "").strip('"').removeprefix("W/").strip('"')
+    sha = etag if compat_sha(etag) else None
+    return RemoteFile(
+        model.repo or "",
+        filename,
+        revision,
+        url,
+        meta.size,
+        sha,
+        meta.commit_hash,
+        etag,
+        meta.location or url,
+    )
+
+
+def compat_sha(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def range_fetcher(model: ModelFile, remote: RemoteFile) -> Callable[[int], bytes]:
+    """`fetch(n)` → the file's first n bytes, by an HTTP range request (redirects followed)."""
+    headers = hf.utils.build_hf_headers(token=_token())
+
+    def fetch(n: int) -> bytes:
+        range_header = {**headers, "Range": f"bytes=0-{n - 1}"}
+        with (
+            hub_errors(model, remote.filename),
+            httpx.Client(follow_redirects=True, timeout=60) as client,
+            client.stream("GET", remote.url, headers=range_header) as resp,
+        ):
+            if resp.status_code in (401, 403, 404):
+                hf.utils.hf_raise_for_status(resp)
+            resp.raise_for_status()
+            out = bytearray()
+            for chunk in resp.iter_bytes():
+                out += chunk
+                if len(out) >= n:  # a server that ignores Range: stop reading
+                    break
+            return bytes(out[:n])
+
+    return fetch
+
+
+def remote_tokenizer(model: ModelFile) -> compat.TokenizerInfo:
+    """Tokenizer metadata of a hub model from its first file's header (no full download)."""
+    first = model.parts[0]
+    remote = remote_file(model, first)
+    return compat.read_header(range_fetcher(model, remote), remote.size, f"{model.repo}/{first}")
+
+
+def cached_path(model: ModelFile, filename: str, locked: dict | None = None) -> Path | None:
+    """The file in the HF cache at the catalog's (else the lock's, else main's) revision."""
+    revision = model.revision or (locked or {}).get("revision")
+    found = hf.try_to_load_from_cache(model.repo or "", filename, revision=revision)
+    return Path(found) if isinstance(found, str) else None
+
+
+def check_disk(needed: int, where: Path, what: str) -> None:
+    """Refuse to start a download that cannot fit (plus a margin)."""
+    where.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(where).free
+    if needed + DISK_MARGIN > free:
+        raise LlamaspecError(
+            f"Not enough disk space for {what}: it needs {_gb(needed)} (plus {_gb(DISK_MARGIN)} "
+            f"headroom) but {where} has {_gb(free)} free. Free some space, or point HF_HUB_CACHE "
+            "at a larger disk, and run again."
+        )
+
+
+def _gb(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def sha256_of(path: Path, say: Callable[[str], None]) -> str:
+    """sha256 of a (possibly large) file, remembered by size and mtime in llamaspec's cache."""
+    real = path.resolve()
+    st = real.stat()
+    stamp = cache_dir() / "sha256" / f"{real.name}.{st.st_size}.{st.st_mtime_ns}"
+    if stamp.is_file():
+        return stamp.read_text().strip()
+    if st.st_size > (1 << 30):
+        say(f"model: checking sha256 of {path.name} ({_gb(st.st_size)})")
+    h = hashlib.sha256()
+    with real.open("rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    digest = h.hexdigest()
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(digest)
+    return digest
+
+
+def _storage(repo: str) -> Path:
+    return Path(hf_constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo, repo_type="model")
+
+
+def _fetch(remote: RemoteFile, want: str, console: Console) -> Path:
+    """Download one file into the HF cache layout, resuming a partial download, verified.
+
+    The content goes to `blobs/<etag>.incomplete` (a stable name, so a later run resumes it
+    with a range request), is checked against `want` and only then becomes `blobs/<etag>`,
+    linked from `snapshots/<commit>/<file>` like huggingface_hub's own downloads.
+    """
+    storage = _storage(remote.repo)
+    commit = remote.commit or remote.revision
+    pointer = storage / "snapshots" / commit / remote.filename
+    if pointer.is_file():
+        return pointer
+    blob = storage / "blobs" / remote.etag
+    partial = blob.with_name(f"{remote.etag}.incomplete")
+    if not blob.is_file():
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        with partial.open("ab") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LlamaspecError(
+                    f"Another process is downloading {remote.repo}/{remote.filename} into "
+                    f"{partial.parent}; wait for it to finish, then run again."
+                ) from None
+            done = f.tell()
+            if done:
+                console.print(
+                    f"model: resuming {remote.filename} at {_gb(done)} of {_gb(remote.size or 0)}"
+                )
+            headers = hf.utils.build_hf_headers(token=_token())
+            if urlsplit(remote.location).netloc != urlsplit(remote.url).netloc:
+                headers.pop("authorization", None)  # signed CDN URLs take no token
+            http_get(
+                remote.location,
+                f,  # type: ignore[arg-type]
+                resume_size=done,
+                headers=headers,
+                expected_size=remote.size,
+                displayed_filename=remote.filename,
+            )
+        digest = sha256_of(partial, console.print)
+        if digest != want:
+            partial.unlink()
+            raise LlamaspecError(
+                f"{remote.repo}/{remote.filename} downloaded with sha256 {digest}, expected "
+                f"{want}. The corrupt file was removed; run again to re-download it. If it "
+                "happens again, the file on the hub differs from the catalog: check models.yaml."
+            )
+        partial.replace(blob)
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    pointer.unlink(missing_ok=True)
+    pointer.symlink_to(os.path.relpath(blob, pointer.parent))
+    if remote.revision != commit:  # a branch name: record where it pointed, as the hub does
+        ref = storage / "refs" / remote.revision
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        ref.write_text(commit)
+    return pointer
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    """A model's files on disk, verified, and what the hub said about them."""
+
+    paths: tuple[Path, ...]
+    commit: str | None
+    sha256: tuple[str, ...]
+
+    @property
+    def path(self) -> Path:
+        """The file llama-server is given (the first part of a split GGUF)."""
+        return self.paths[0]
+
+
+def download(name: str, model: ModelFile, locked: dict | None, console: Console) -> Downloaded:
+    """Download (or find in the HF cache) and verify every part of `model`."""
+    locked = locked or {}
+    remotes = [remote_file(model, part) for part in model.parts]
+    commits = {r.commit for r in remotes}
+    commit = remotes[0].commit if len(commits) == 1 else None
+    expected = [
+        model.part_sha256(i) or (locked.get("sha256") or {}).get(part) or remotes[i].sha256
+        for i, part in enumerate(model.parts)
+    ]
+    for i, (remote, want) in enumerate(zip(remotes, expected, strict=True)):
+        catalog = model.part_sha256(i) or (locked.get("sha256") or {}).get(remote.filename)
+        if catalog and remote.sha256 and catalog != remote.sha256:
+            raise LlamaspecError(
+                f"{model.repo}/{remote.filename} on the hub has sha256 {remote.sha256}, but "
+                f"llamaspec expects {catalog} (models.yaml or llamaspec.lock). The file changed "
+                "upstream or the catalog is wrong: pin `revision` to the commit you trust, or "
+                "update the sha256 after checking the new file."
+            )
+        if want is None:
+            raise LlamaspecError(
+                f"No sha256 is known for {model.repo}/{remote.filename}: models.yaml has none and "
+                "the hub sent no LFS object id. Add `sha256:` to the catalog entry."
+            )
+    missing = [
+        (part, r)
+        for part, r in zip(model.parts, remotes, strict=True)
+        if not cached_path(model, part)
+    ]
+    need = sum(r.size or 0 for _, r in missing)
+    if missing:
+        check_disk(need, Path(hf_constants.HF_HUB_CACHE), f"{name} ({len(missing)} file(s))")
+    paths = []
+    for remote, want in zip(remotes, expected, strict=True):
+        with hub_errors(model, remote.filename):
+            paths.append(_fetch(remote, want, console))  # type: ignore[arg-type]
+    digests = [sha256_of(p, console.print) for p in paths]
+    return Downloaded(tuple(paths), commit, tuple(digests))

@@ -1,0 +1,74 @@
+"""A small random-weight hybrid (recurrent + attention) model for the checkpoint path.
+
+Upstream's `test-llama-archs` tool, built from the artifact's own source tree, writes
+tiny GGUFs of any architecture; `-a '^qwen35$'` gives a Qwen3.5-style hybrid of a few MB.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from rich.console import Console
+
+from llamaspec.engine import build as build_stage
+from llamaspec.engine import profiles as flags
+from llamaspec.engine.build import Artifact
+from llamaspec.engine.toolchain import detect
+from llamaspec.errors import LlamaspecError
+from llamaspec.paths import cache_dir
+
+TOOL = "test-llama-archs"
+
+
+def hybrid_model(artifact: Artifact, console: Console, arch: str = "qwen35", seed: int = 1) -> Path:
+    """Build the tool next to the artifact's build (ccache makes it cheap) and write the model."""
+    out_dir = cache_dir() / "models" / f"{artifact.id}-{arch}-seed{seed}"
+    found = sorted(out_dir.glob("*.gguf"))
+    if found:
+        return found[0]
+    if artifact.manifest.get("engine") != "llama.cpp":
+        raise LlamaspecError(
+            f"The random hybrid model needs upstream llama.cpp's {TOOL}; artifact {artifact.id} "
+            f"is {artifact.manifest.get('engine')}."
+        )
+    tools_dir = cache_dir() / "build" / f"{artifact.id}-tools"
+    if not (tools_dir / "bin" / TOOL).is_file():
+        _build_tool(artifact, tools_dir, console)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [str(tools_dir / "bin" / TOOL), "-a", f"^{arch}$", "-s", str(seed), "-o", str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    found = sorted(out_dir.glob("*.gguf"))
+    if proc.returncode != 0 or not found:
+        raise LlamaspecError(
+            f"{TOOL} did not write a {arch} model (exit {proc.returncode}).",
+            details="\n".join((proc.stdout + proc.stderr).splitlines()[-20:]),
+        )
+    console.print(f"hybrid: wrote {found[0]} ({found[0].stat().st_size / 1e6:.1f} MB, seed {seed})")
+    return found[0]
+
+
+def _build_tool(artifact: Artifact, tools_dir: Path, console: Console) -> None:
+    """Configure the artifact's own tree with tests on, and build only the tool."""
+    cache_file = cache_dir() / "build" / artifact.id / "CMakeCache.txt"
+    if not cache_file.is_file():
+        raise LlamaspecError(
+            f"The build tree of {artifact.id} is not in this machine's cache ({cache_file}); "
+            "rebuild the artifact here first (`nox -s build-cpu`)."
+        )
+    tree = Path(build_stage._read_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
+    defines = [
+        flags.Define(d["name"], d["value"], d["origin"]) for d in artifact.manifest["defines"]
+    ]
+    defines = [d for d in defines if d.name != "LLAMA_BUILD_TESTS"]
+    defines.append(flags.Define("LLAMA_BUILD_TESTS", "ON", f"llamaspec ({TOOL})"))
+    tools_dir = build_stage.build_dir_for(tree, tools_dir.name)
+    tc = detect()
+    console.print(f"hybrid: building {TOOL} from {tree}")
+    build_stage.configure(tree, tools_dir, defines, tc, console)
+    build_stage.compile_target(tools_dir, TOOL, tc, None, console, build_stage.ccache_env(tree))
