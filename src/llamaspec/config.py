@@ -333,7 +333,7 @@ class Recipe(Frozen):
 M = TypeVar("M", bound=BaseModel)
 
 
-def _read_yaml(path: Path) -> object:
+def read_yaml(path: Path) -> object:
     if not path.is_file():
         raise LlamaspecError(
             f"{path} does not exist. llamaspec reads it from the project checkout; run it from "
@@ -394,7 +394,7 @@ def parse(model: type[M], data: object, source: str) -> M:
 def load_engines(root: Path | None = None) -> dict[str, Engine]:
     """engines.yaml → {name: Engine}; each entry's `name` comes from its key."""
     path = (root or project_root()) / "engines.yaml"
-    raw = _read_yaml(path)
+    raw = read_yaml(path)
     if isinstance(raw, dict) and isinstance(raw.get("engines"), dict):
         raw = {
             **raw,
@@ -416,7 +416,7 @@ def load_series(root: Path | None = None) -> tuple[PatchEntry, ...]:
     """patches/series.yaml → the ordered patch catalog, with engines and ids checked."""
     root = root or project_root()
     path = root / "patches" / "series.yaml"
-    parsed = parse(SeriesFile, _read_yaml(path), str(path))
+    parsed = parse(SeriesFile, read_yaml(path), str(path))
     seen: set[str] = set()
     for entry in parsed.patches:
         if entry.id in seen:
@@ -440,7 +440,7 @@ def load_series(root: Path | None = None) -> tuple[PatchEntry, ...]:
 def load_models(root: Path | None = None) -> ModelsFile:
     """models.yaml → the catalog, with every pair's models checked to exist."""
     path = (root or project_root()) / "models.yaml"
-    parsed = parse(ModelsFile, _read_yaml(path), str(path))
+    parsed = parse(ModelsFile, read_yaml(path), str(path))
     for name, pair in parsed.pairs.items():
         for role in ("target", "draft"):
             handle = getattr(pair, role)
@@ -463,7 +463,7 @@ def load_recipes(root: Path | None = None, models: ModelsFile | None = None) -> 
     models = models or load_models(root)
     recipes: dict[str, Recipe] = {}
     for path in sorted((root / "recipes").glob("*.yaml")):
-        raw = _read_yaml(path)
+        raw = read_yaml(path)
         if isinstance(raw, dict):
             raw = {"name": path.stem, **raw}
         recipe = parse(Recipe, raw, str(path))

@@ -97,7 +97,7 @@ def test_one_line_patch_change_recompiles_little(upstream_artifact, tmp_path) ->
     if not shutil.which("ccache"):
         pytest.fail("ccache is not installed; .ci/run installs it (apt-get install ccache)")
     tree_link = build.cache_dir() / "build" / upstream_artifact.id
-    tree = Path(build._read_cache(tree_link / "CMakeCache.txt")["CMAKE_HOME_DIRECTORY"])
+    tree = Path(build.read_cmake_cache(tree_link / "CMakeCache.txt")["CMAKE_HOME_DIRECTORY"])
     cmd = [sys.executable, "-m", "llamaspec.cli", "build", "--source", "pypi", "--no-smoke"]
     cmd += ["--dist", str(tmp_path)]
     out = benchbuild.patch_rebuild(tree, cmd, tmp_path, "llama.cpp", Console())

@@ -11,14 +11,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from llamaspec import __version__, config
+from llamaspec.cli import bench as cli_bench
 from llamaspec.cli import docker as cli_docker
 from llamaspec.cli import doctor as cli_doctor
 from llamaspec.cli import models as cli_models
 from llamaspec.cli import patches as cli_patches
 from llamaspec.cli import verify as cli_verify
-from llamaspec.engine.build import load_artifact
-from llamaspec.engine.pipeline import BuildSpec, newest_artifact, run_build, run_smoke
+from llamaspec.engine.build import load_artifact, newest_artifact
+from llamaspec.engine.pipeline import BuildSpec, run_build
 from llamaspec.errors import LlamaspecError
+from llamaspec.proof.smoke import smoke_artifact
 
 
 def _build_parser(sub: argparse._SubParsersAction) -> None:
@@ -82,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--dist", type=Path, default=Path("dist"))
     sub.add_parser("engines", help="list engines and their default pins")
     cli_verify.add_parsers(sub)
+    cli_bench.add_parsers(sub)
     cli_patches.add_parsers(sub)
     cli_models.add_parsers(sub)
     cli_docker.add_parsers(sub)
@@ -91,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if (
             cli_verify.dispatch(args, console)
+            or cli_bench.dispatch(args, console)
             or cli_patches.dispatch(args, console)
             or cli_models.dispatch(args, console)
             or cli_docker.dispatch(args, console)
@@ -98,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ):
             pass
         elif args.command == "build":
-            run_build(
+            artifact = run_build(
                 BuildSpec(
                     engine=args.engine,
                     pin=args.pin,
@@ -111,15 +115,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     defines=tuple(args.define),
                     jobs=args.jobs,
                     dist=args.dist,
-                    smoke=not args.no_smoke,
                     patch_source=args.patch_source,
                     variants=tuple(args.variant),
                     cuda_arch=args.cuda_arch,
                 ),
                 console,
             )
+            if not args.no_smoke:
+                smoke_artifact(artifact, console)
         elif args.command == "smoke":
-            run_smoke(
+            smoke_artifact(
                 load_artifact(args.dist, args.artifact or newest_artifact(args.dist)), console
             )
         elif args.command == "engines":

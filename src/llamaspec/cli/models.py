@@ -12,13 +12,12 @@ from rich.table import Table
 
 from llamaspec import config
 from llamaspec import lock as lockfile
-from llamaspec.engine.build import Artifact, load_artifact
-from llamaspec.engine.pipeline import dialect_for
+from llamaspec.engine.build import Artifact, load_artifact, newest_artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import catalog as models
 from llamaspec.models import compat, recipes
+from llamaspec.models.dialects import dialect_for, server_help
 from llamaspec.paths import project_root
-from llamaspec.proof.client import server_help
 
 DIALECTS = ("upstream", "upstream-legacy", "ik-legacy", "ik-spec-type")
 
@@ -171,7 +170,7 @@ def _command(
                 f"--engine {args.engine} but artifact {artifact.id} is a {engine} build; drop "
                 "one of them."
             )
-        dialect = args.dialect or dialect_for(artifact, console)
+        dialect = args.dialect or dialect_for(artifact, console.print)
         backend = args.backend or artifact.manifest.get("backend", "cpu")
         server = str(artifact.server)
     else:
@@ -195,32 +194,13 @@ def _command(
     return cmd, artifact
 
 
-def _newest(dist: Path, engine: str | None) -> str:
-    """The newest artifact in dist/, of `engine` when given."""
-    found = sorted(
-        (
-            p
-            for p in dist.glob("*/manifest.json")
-            if engine is None or json.loads(p.read_text()).get("engine") == engine
-        ),
-        key=lambda p: p.stat().st_mtime,
-    )
-    if not found:
-        which = f"{engine} " if engine else ""
-        raise LlamaspecError(
-            f"No {which}artifact in {dist}/ to serve with; build one first (`nox -s build-cpu`"
-            f"{' -- --engine ' + engine if engine else ''}) or pass --artifact."
-        )
-    return found[-1].parent.name
-
-
 def _serve(args: argparse.Namespace, console: Console) -> None:
     root = project_root()
     catalog = config.load_models(root)
     all_recipes = config.load_recipes(root, catalog)
     recipe = all_recipes[choose("recipe", args.recipe, all_recipes)]
     if not args.artifact:
-        args.artifact = _newest(args.dist, args.engine)
+        args.artifact = newest_artifact(args.dist, args.engine)
     files = models.pull(catalog, recipe.pair, root, console)
     cmd, _ = _command(args, recipe, files.target, files.draft, console)
     console.print(f"serve: {cmd.shell()}")

@@ -1,4 +1,4 @@
-"""`llamaspec verify` and `llamaspec bench`: correctness and speed of speculation."""
+"""`llamaspec verify`: speculation must change nothing but speed."""
 
 from __future__ import annotations
 
@@ -7,14 +7,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from llamaspec.engine.build import load_artifact
-from llamaspec.engine.build_bench import bench_build
-from llamaspec.engine.pipeline import dialect_for, newest_artifact
+from llamaspec.engine.build import load_artifact, newest_artifact
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import dialects
-from llamaspec.models.embedded import embedded_model
-from llamaspec.proof import bench, verify
-from llamaspec.proof.hybrid import hybrid_model
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -42,74 +36,46 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="only these request modes (default: both)",
     )
     v.add_argument("--reports", type=Path, default=Path("reports"))
-    b = sub.add_parser("bench", help="speedup benchmark with and without speculation")
-    b.add_argument(
-        "recipe",
-        nargs="?",
-        default="gemma3-270m-self",
-        help="recipe name (default: the embedded pair)",
-    )
-    b.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
-    b.add_argument("--dist", type=Path, default=Path("dist"))
-    b.add_argument("--repetitions", type=int, default=3)
-    b.add_argument("--n-max", type=int, default=8, help="draft length")
-    b.add_argument("--reports", type=Path, default=Path("reports"))
-    bb = sub.add_parser("bench-build", help="cold build time: llamaspec vs plain cmake")
-    bb.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
-    bb.add_argument("--dist", type=Path, default=Path("dist"))
-    bb.add_argument("--reports", type=Path, default=Path("reports"))
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command not in ("verify", "bench", "bench-build"):
+    if args.command != "verify":
         return False
+    from llamaspec.models.dialects import dialect_for
+    from llamaspec.models.embedded import embedded_model
+    from llamaspec.proof import verify
+    from llamaspec.proof.hybrid import hybrid_model
+
     artifact = load_artifact(args.dist, args.artifact or newest_artifact(args.dist))
-    if args.command == "bench-build":
-        bench_build(artifact, args.dist, args.reports, console)
-        return True
-    dialect = dialect_for(artifact, console)
-    if args.command == "verify":
-        failed = []
-        for which in args.model or ["embedded"]:
-            methods = args.method or None
-            if which == "embedded":
-                model = draft = embedded_model(console.print)
-            else:
-                # The target is a random hybrid (recurrent + attention) model and its draft
-                # another one with other weights: drafts get rejected, and every rejection
-                # restores a context checkpoint. ngram-mod drafts from the context instead.
-                model = hybrid_model(artifact, console, seed=1)
-                draft = hybrid_model(artifact, console, seed=2)
-                methods = methods or ["draft", "ngram-mod"]
-            report = verify.verify(
-                artifact,
-                dialect,
-                model,
-                args.reports,
-                console,
-                methods=methods,
-                tag=which,
-                draft=draft,
-                modes=args.mode,
-            )
-            if not report.passed:
-                failed.append(which)
-        if failed:
-            raise LlamaspecError(
-                f"verify found hard divergences ({', '.join(failed)}); see the reports in "
-                f"{args.reports}/ for both continuations at each divergence."
-            )
-        return True
-    model = embedded_model(console.print)
-    settings = dialects.SpecSettings("draft", model, n_max=args.n_max)
-    bench.bench(
-        artifact,
-        dialect,
-        model,
-        settings,
-        args.recipe,
-        args.reports,
-        console,
-        repetitions=args.repetitions,
-    )
+    dialect = dialect_for(artifact, console.print)
+    failed = []
+    for which in args.model or ["embedded"]:
+        methods = args.method or None
+        if which == "embedded":
+            model = draft = embedded_model(console.print)
+        else:
+            # The target is a random hybrid (recurrent + attention) model and its draft
+            # another one with other weights: drafts get rejected, and every rejection
+            # restores a context checkpoint. ngram-mod drafts from the context instead.
+            model = hybrid_model(artifact, console, seed=1)
+            draft = hybrid_model(artifact, console, seed=2)
+            methods = methods or ["draft", "ngram-mod"]
+        report = verify.verify(
+            artifact,
+            dialect,
+            model,
+            args.reports,
+            console,
+            methods=methods,
+            tag=which,
+            draft=draft,
+            modes=args.mode,
+        )
+        if not report.passed:
+            failed.append(which)
+    if failed:
+        raise LlamaspecError(
+            f"verify found hard divergences ({', '.join(failed)}); see the reports in "
+            f"{args.reports}/ for both continuations at each divergence."
+        )
     return True

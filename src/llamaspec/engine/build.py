@@ -60,6 +60,26 @@ def load_artifact(dist: Path, artifact_id: str) -> Artifact:
     return Artifact(path.name, path, json.loads((path / "manifest.json").read_text()), True)
 
 
+def newest_artifact(dist: Path, engine: str | None = None) -> str:
+    """The id of the most recently built artifact in `dist` (of `engine` when given)."""
+    found = sorted(
+        (
+            p
+            for p in dist.glob("*/manifest.json")
+            if engine is None or json.loads(p.read_text()).get("engine") == engine
+        ),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if not found:
+        which = f"{engine} " if engine else ""
+        hint = f" -- --engine {engine}" if engine else ""
+        raise LlamaspecError(
+            f"No {which}artifact in {dist}/; build one first (`nox -s build-cpu{hint}`) or "
+            "pass --artifact."
+        )
+    return found[-1].parent.name
+
+
 def internal_defines(engine: Engine, patched: PatchedTree) -> list[flags.Define]:
     """Defines llamaspec always sets: version stamp and a relocatable install layout."""
     commit = patched.source.short
@@ -136,7 +156,7 @@ def build(
     build_dir = build_dir_for(patched.path, aid)
     t0 = time.monotonic()
     configure(patched.path, build_dir, defines, tools, console)
-    archs = _read_cache(build_dir / "CMakeCache.txt").get("CMAKE_CUDA_ARCHITECTURES")
+    archs = read_cmake_cache(build_dir / "CMakeCache.txt").get("CMAKE_CUDA_ARCHITECTURES")
     t1 = time.monotonic()
     stamp = {
         d.name: d.value for d in defines if d.name in ("LLAMA_BUILD_COMMIT", "LLAMA_BUILD_NUMBER")
@@ -218,7 +238,7 @@ def configure(
     cache_file = build_dir / "CMakeCache.txt"
     if (
         cache_file.is_file()
-        and Path(_read_cache(cache_file).get("CMAKE_HOME_DIRECTORY", str(tree))).resolve()
+        and Path(read_cmake_cache(cache_file).get("CMAKE_HOME_DIRECTORY", str(tree))).resolve()
         != tree.resolve()
     ):
         # same artifact, source now at another path (e.g. a re-made patched tree):
@@ -246,11 +266,11 @@ def configure(
             f"CMake configure failed (full log: {build_dir / 'configure.log'}).",
             details=first[:3000],
         )
-    cache = _read_cache(build_dir / "CMakeCache.txt")
+    cache = read_cmake_cache(build_dir / "CMakeCache.txt")
     flags.check_unused(log, defines, flags.tree_options(tree), cache)
 
 
-def _read_cache(path: Path) -> dict[str, str]:
+def read_cmake_cache(path: Path) -> dict[str, str]:
     entries = {}
     for line in path.read_text(errors="replace").splitlines():
         m = re.match(r"^([A-Za-z0-9_.+-]+):[A-Z_]+=(.*)$", line)

@@ -128,7 +128,7 @@ def bench_build(artifact: Artifact, dist: Path, reports: Path, console: Console)
     cache_file = cache_dir() / "build" / artifact.id / "CMakeCache.txt"
     if not cache_file.is_file():
         raise LlamaspecError(f"Build {artifact.id} here first; its build tree is not cached.")
-    tree = Path(build_stage._read_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
+    tree = Path(build_stage.read_cmake_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
     tools = detect()
     env = {**os.environ, "CCACHE_DISABLE": "1"}
     defines = [f"-D{d['name']}={d['value']}" for d in m["defines"]]

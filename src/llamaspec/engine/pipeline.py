@@ -1,9 +1,12 @@
-"""The build pipeline in one place: BuildSpec → fetch → patch → build (→ smoke)."""
+"""The build pipeline in one place: BuildSpec → fetch → patch → build → Artifact.
+
+The smoke test is the proof stage's (llamaspec.proof.smoke.smoke_artifact): the CLI runs it
+after the build unless --no-smoke.
+"""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -16,10 +19,6 @@ from llamaspec.engine import patch_queue as patches
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import user_config as userconfig
 from llamaspec.errors import choose
-from llamaspec.models.dialects import probe_dialect
-from llamaspec.models.embedded import embedded_model
-from llamaspec.proof import smoke
-from llamaspec.proof.client import server_help
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,6 @@ class BuildSpec:
     defines: tuple[str, ...] = ()
     jobs: int | None = None
     dist: Path = field(default_factory=lambda: Path("dist"))
-    smoke: bool = True
     patch_source: str | None = None
     variants: tuple[str, ...] = ()
     cuda_arch: str | None = None
@@ -85,8 +83,6 @@ def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> bu
         manifest_extra={"preflight": checked.summary(), "user_config": resolved.config_file},
     )
     console.print(f"artifact: {artifact.id} → {artifact.path}")
-    if spec.smoke:
-        run_smoke(artifact, console, root)
     return artifact
 
 
@@ -128,58 +124,7 @@ def resolve_options(spec: BuildSpec, engine: str) -> Options:
     )
 
 
-# Lavapipe runs shaders on the CPU and compiles each pipeline on first use (minutes on
-# small machines): the Vulkan smoke asks for fewer tokens and leaves flash attention (the
-# largest shader) off; each setting applies only when the environment does not set it.
-VULKAN_N_PREDICT = 32
-VULKAN_SMOKE_ENV = (
-    ("GGML_VK_VISIBLE_DEVICES", "0", "Vulkan device 0; ggml-vulkan hides lavapipe otherwise"),
-    ("LLAMA_ARG_FLASH_ATTN", "off", "no flash-attention pipeline to compile"),
-    ("LLAMASPEC_SERVER_READY_TIMEOUT", "3600", "a cold lavapipe start compiles pipelines"),
-)
-
-
-def run_smoke(
-    artifact: build_stage.Artifact, console: Console, root: Path | None = None
-) -> smoke.SmokeReport:
-    model = embedded_model(console.print)
-    prompts = smoke.SMOKE_PROMPTS
-    if artifact.manifest.get("backend") == "vulkan":
-        prompts = tuple(replace(p, n_predict=VULKAN_N_PREDICT) for p in prompts)
-        for name, value, why in VULKAN_SMOKE_ENV:
-            if name not in os.environ:
-                os.environ[name] = value
-                console.print(f"smoke: {name}={value} ({why})")
-    return smoke.smoke(
-        artifact, dialect_for(artifact, console, root), model, artifact.path, console, prompts
-    )
-
-
 def _root() -> Path:
     from llamaspec.paths import project_root
 
     return project_root()
-
-
-def newest_artifact(dist: Path) -> str:
-    """The id of the most recently built artifact in `dist`."""
-    from llamaspec.errors import LlamaspecError
-
-    found = sorted(dist.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise LlamaspecError(f"No artifacts in {dist}; build one first with `nox -s build-cpu`.")
-    return found[-1].parent.name
-
-
-def dialect_for(artifact: build_stage.Artifact, console: Console, root: Path | None = None) -> str:
-    """The engine's recorded dialect at its default pin; otherwise probe the binary's --help."""
-    engines = config.load_engines(root)
-    engine = engines[choose("engine", artifact.manifest["engine"], engines)]
-    if artifact.manifest.get("commit") == engine.pin:
-        return engine.dialect
-    dialect = probe_dialect(engine.name, server_help(artifact.server))
-    console.print(
-        f"dialect: {engine.name}@{(artifact.manifest.get('commit') or 'local')[:12]} is not the "
-        f"default pin; its --help speaks the {dialect!r} dialect"
-    )
-    return dialect

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import platformdirs
 from pydantic import BeforeValidator, Field
 
-from llamaspec.config import Frozen, _read_yaml, parse
+from llamaspec.config import Frozen, parse, read_yaml
 
 
 def _cmake_value(value: object) -> str:
@@ -69,5 +69,5 @@ def load(path: Path | None = None) -> tuple[UserConfig, Path | None]:
     path = path or config_path()
     if not path.is_file():
         return UserConfig(), None
-    raw = _read_yaml(path)
+    raw = read_yaml(path)
     return parse(UserConfig, raw if raw is not None else {}, str(path)), path

@@ -97,7 +97,6 @@ def build_stage(
             defines=tuple(defines.split()),
             jobs=int(jobs) if jobs else None,
             dist=dist,
-            smoke=False,
         ),
         console,
     )

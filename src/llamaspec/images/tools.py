@@ -406,7 +406,7 @@ def server_shim(
 
 def smoke_image(tool: Tool, ref: str, reports: Path, console: Console, root: Path | None = None):
     """The smoke test, run against the image's own llama-server, plus its HEALTHCHECK."""
-    from llamaspec.engine.pipeline import dialect_for
+    from llamaspec.models.dialects import dialect_for
     from llamaspec.models.embedded import embedded_model
     from llamaspec.proof.client import running
     from llamaspec.proof.smoke import base_args, smoke
@@ -428,7 +428,9 @@ def smoke_image(tool: Tool, ref: str, reports: Path, console: Console, root: Pat
         artifact = Artifact(manifest["artifact_id"], server.parent.parent, manifest, True)
         out = reports / f"docker-smoke-{manifest['artifact_id']}"
         inside_model = Path(CONTAINER_MODELS) / model.name
-        report = smoke(artifact, dialect_for(artifact, console, root), inside_model, out, console)
+        report = smoke(
+            artifact, dialect_for(artifact, console.print, root), inside_model, out, console
+        )
         with running(server, base_args(inside_model), out / "logs" / "health.log") as srv:
             healthy = _healthcheck(tool, ctr, srv.port)
         stopped = _healthcheck(tool, ctr, srv.port)

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from llamaspec.errors import LlamaspecError
+from llamaspec import config
+from llamaspec.engine.build import Artifact
+from llamaspec.errors import LlamaspecError, choose
 
 Method = Literal["draft", "ngram-simple", "ngram-map-k", "ngram-mod", "mtp"]
 
@@ -127,3 +129,28 @@ def probe_dialect(engine: str, help_text: str) -> str:
     if engine == "llama.cpp":
         return "upstream" if "--spec-draft-n-max" in flags else "upstream-legacy"
     return "ik-legacy" if "--draft-max" in flags else "ik-spec-type"
+
+
+def server_help(server_bin: Path) -> str:
+    """The binary's own --help: the truth about which flags it accepts."""
+    import subprocess
+
+    proc = subprocess.run(
+        [str(server_bin), "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    return proc.stdout + proc.stderr
+
+
+def dialect_for(artifact: Artifact, say=None, root: Path | None = None) -> str:
+    """The engine's recorded dialect at its default pin; otherwise probe the binary's --help."""
+    engines = config.load_engines(root)
+    engine = engines[choose("engine", artifact.manifest["engine"], engines)]
+    if artifact.manifest.get("commit") == engine.pin:
+        return engine.dialect
+    dialect = probe_dialect(engine.name, server_help(artifact.server))
+    if say is not None:
+        say(
+            f"dialect: {engine.name}@{(artifact.manifest.get('commit') or 'local')[:12]} is not "
+            f"the default pin; its --help speaks the {dialect!r} dialect"
+        )
+    return dialect

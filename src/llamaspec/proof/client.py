@@ -15,6 +15,9 @@ from pathlib import Path
 import httpx
 
 from llamaspec.errors import LlamaspecError
+from llamaspec.models.dialects import server_help
+
+__all__ = ["HOST", "Server", "free_port", "running", "server_help", "tail"]
 
 HOST = "127.0.0.1"
 
@@ -125,11 +128,3 @@ def _stop(proc: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-
-
-def server_help(server_bin: Path) -> str:
-    """The binary's own --help: the truth about which flags it accepts."""
-    proc = subprocess.run(
-        [str(server_bin), "--help"], capture_output=True, text=True, timeout=60, check=False
-    )
-    return proc.stdout + proc.stderr

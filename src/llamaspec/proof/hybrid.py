@@ -61,7 +61,7 @@ def _build_tool(artifact: Artifact, tools_dir: Path, console: Console) -> None:
             f"The build tree of {artifact.id} is not in this machine's cache ({cache_file}); "
             "rebuild the artifact here first (`nox -s build-cpu`)."
         )
-    tree = Path(build_stage._read_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
+    tree = Path(build_stage.read_cmake_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
     defines = [
         flags.Define(d["name"], d["value"], d["origin"]) for d in artifact.manifest["defines"]
     ]

@@ -507,3 +507,33 @@ def print_report(report: SmokeReport, console: Console) -> None:
         f"smoke: {'PASSED' if report.passed else 'FAILED'} — acceptance {report.accepted}/"
         f"{report.drafted} ({rate}), wall {report.wall_seconds:.1f}s"
     )
+
+
+# Lavapipe runs shaders on the CPU and compiles each pipeline on first use (minutes on
+# small machines): the Vulkan smoke asks for fewer tokens and leaves flash attention (the
+# largest shader) off; each setting applies only when the environment does not set it.
+VULKAN_N_PREDICT = 32
+VULKAN_SMOKE_ENV = (
+    ("GGML_VK_VISIBLE_DEVICES", "0", "Vulkan device 0; ggml-vulkan hides lavapipe otherwise"),
+    ("LLAMA_ARG_FLASH_ATTN", "off", "no flash-attention pipeline to compile"),
+    ("LLAMASPEC_SERVER_READY_TIMEOUT", "3600", "a cold lavapipe start compiles pipelines"),
+)
+
+
+def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = None) -> SmokeReport:
+    """The smoke test of a built artifact with the embedded model (what `build` runs last)."""
+    import os
+
+    from llamaspec.models.dialects import dialect_for
+    from llamaspec.models.embedded import embedded_model
+
+    model = embedded_model(console.print)
+    prompts = SMOKE_PROMPTS
+    if artifact.manifest.get("backend") == "vulkan":
+        prompts = tuple(replace(p, n_predict=VULKAN_N_PREDICT) for p in prompts)
+        for name, value, why in VULKAN_SMOKE_ENV:
+            if name not in os.environ:
+                os.environ[name] = value
+                console.print(f"smoke: {name}={value} ({why})")
+    dialect = dialect_for(artifact, console.print, root)
+    return smoke(artifact, dialect, model, artifact.path, console, prompts)
