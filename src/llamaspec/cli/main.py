@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from llamaspec import __version__, config
+from llamaspec import __version__, config, procs
 from llamaspec.cli import bench as cli_bench
 from llamaspec.cli import docker as cli_docker
 from llamaspec.cli import doctor as cli_doctor
@@ -90,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli_docker.add_parsers(sub)
     cli_doctor.add_parsers(sub)
     args = parser.parse_args(argv)
+    procs.install_signal_handlers()
     console = Console(highlight=False, soft_wrap=True)
     try:
         if (
