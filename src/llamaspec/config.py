@@ -294,13 +294,24 @@ class ServerSettings(Frozen):
 
 
 class Measured(Frozen):
-    """What a recipe's numbers were measured (or reported) on."""
+    """What this project measured itself, and the report that holds the numbers.
 
-    hardware: str
-    engine: str = ""
-    result: str = ""
-    report: RelPath | None = None
-    source: Literal["measured", "reported"] = "reported"
+    Figures taken from elsewhere belong in `Reported`, never here."""
+
+    hardware: str = Field(min_length=1)
+    engine: str = Field(min_length=1)  # engine and commit, e.g. "llama.cpp 0c1e570"
+    artifact: str = ""  # the artifact id benched
+    date: dt.date | None = None
+    result: str = Field(min_length=1)
+    report: RelPath
+
+
+class Reported(Frozen):
+    """A figure published elsewhere: where, on what setup, and what it was."""
+
+    source: str = Field(min_length=1)  # a URL, or a sentence saying no source was found
+    setup: str = Field(min_length=1)
+    result: str = Field(min_length=1)
 
 
 class Recipe(Frozen):
@@ -313,6 +324,7 @@ class Recipe(Frozen):
     server: ServerSettings = ServerSettings()
     engines: dict[str, dict] = Field(default_factory=dict)
     measured: Measured | None = None
+    reported: Reported | None = None
 
     def for_engine(self, engine: str) -> Recipe:
         """This recipe with the engine's overrides (keys of spec/server) applied."""
