@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llamaspec import __version__
+from llamaspec import __version__, procs
 from llamaspec.config import Engine
 from llamaspec.engine import profiles as flags
 from llamaspec.engine.patch_queue import PatchedTree
@@ -27,6 +26,9 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir
 
 BUILD_SUBDIR = ".llamaspec-build"
+# Time limits: generous (a CUDA build of every arch on 2 cores takes hours), but finite.
+CONFIGURE_TIMEOUT_S = 1800
+BUILD_TIMEOUT_S = 6 * 3600
 
 Say = Callable[[str], None]
 NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -48,6 +50,12 @@ class Artifact:
 
 def load_artifact(dist: Path, artifact_id: str) -> Artifact:
     """An existing artifact by id (or unique id prefix) from `dist`."""
+    if not artifact_id or any(c in artifact_id for c in "/\\*?[]") or ".." in artifact_id:
+        raise LlamaspecError(
+            f"--artifact {artifact_id!r} is not an artifact id: give the name (or a unique "
+            f"prefix of it) of a directory in {dist}, without path separators, '..' or "
+            "wildcards, e.g. llamacpp-cpu-0123456789ab."
+        )
     matches = [p for p in dist.glob(f"{artifact_id}*") if (p / "manifest.json").is_file()]
     if len(matches) != 1:
         known = sorted(p.name for p in dist.glob("*") if (p / "manifest.json").is_file())
@@ -256,7 +264,13 @@ def configure(
         *(d.arg for d in defines),
     ]
     console.print(f"configure: cmake with {len(defines)} defines → {build_dir}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = procs.run(
+        cmd,
+        timeout=CONFIGURE_TIMEOUT_S,
+        check=False,
+        what="CMake configure",
+        install_hint="Install CMake (Debian/Ubuntu: `apt-get install cmake`).",
+    )
     log = proc.stdout + proc.stderr
     (build_dir / "configure.log").write_text(" ".join(cmd) + "\n\n" + log)
     if proc.returncode != 0:
@@ -310,15 +324,14 @@ def compile_target(
     env = {**os.environ, **(env_extra or {}), "NINJA_STATUS": "[%f/%t] "}
     with log_path.open("w") as log, _progress(console) as bar:
         task = bar.add_task(f"build {target}", total=None)
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1
-        )
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            if m := NINJA_STEP.match(line):
-                bar.update(task, completed=int(m.group(1)), total=int(m.group(2)))
-        rc = proc.wait()
+        with procs.popen(
+            cmd, timeout=BUILD_TIMEOUT_S, env=env, check=False, what=f"the build of {target}"
+        ) as stream:
+            for line in stream.lines():
+                log.write(line)
+                if m := NINJA_STEP.match(line):
+                    bar.update(task, completed=int(m.group(1)), total=int(m.group(2)))
+        rc = stream.returncode
     if rc != 0:
         raise LlamaspecError(
             f"The build of {target} failed (full log: {log_path}). The first error:",
@@ -427,9 +440,7 @@ def install(
 
 
 def _version(server: Path) -> str:
-    proc = subprocess.run(
-        [str(server), "--version"], capture_output=True, text=True, timeout=60, check=False
-    )
+    proc = procs.run([str(server), "--version"], timeout=60, check=False, what=f"{server.name}")
     text = (proc.stdout + proc.stderr).strip()
     lines = [ln for ln in text.splitlines() if ln.startswith("version:")]
     if proc.returncode != 0 and not lines:

@@ -12,7 +12,6 @@ import difflib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,8 +19,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from llamaspec import procs
 from llamaspec.engine import build as build_stage
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.build import BUILD_TIMEOUT_S, Artifact
 from llamaspec.engine.toolchain import detect
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir, project_root
@@ -35,9 +35,7 @@ def _ccache_stats(ccache: str | None, env: dict[str, str]) -> dict[str, int]:
     """ccache's hit/miss counters (`--print-stats`), or {} without ccache."""
     if not ccache:
         return {}
-    proc = subprocess.run(
-        [ccache, "--print-stats"], env=env, capture_output=True, text=True, check=False
-    )
+    proc = procs.run([ccache, "--print-stats"], env=env, timeout=120, check=False, what="ccache")
     stats = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
     keys = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
     return {k: int(stats[k]) for k in keys if stats.get(k, "").isdigit()}
@@ -113,12 +111,9 @@ def patch_rebuild(
 
 def _run(cmd: list[str], env: dict[str, str]) -> float:
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise LlamaspecError(
-            f"`{' '.join(cmd[:4])} …` failed during the build benchmark.",
-            details="\n".join((proc.stdout + proc.stderr).splitlines()[-15:]),
-        )
+    procs.run(
+        cmd, env=env, timeout=BUILD_TIMEOUT_S, what=f"`{' '.join(cmd[:4])} …` (build benchmark)"
+    )
     return time.monotonic() - t0
 
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from llamaspec import procs
 from llamaspec.errors import LlamaspecError
 
 # Fixed identity and dates make snapshot commits reproducible: the same tree gives the same SHA.
@@ -36,22 +37,19 @@ def git(
         "LC_ALL": "C",
     }
     cmd = ["git", "-c", "core.autocrlf=false", "-c", "advice.detachedHead=false", *map(str, args)]
-    try:
-        proc = subprocess.run(
-            cmd,
-            cwd=cwd,
-            env=env,
-            input=input_text,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except FileNotFoundError:
-        raise LlamaspecError(
-            "git is not installed. llamaspec uses git to fetch sources and apply patches; "
-            "install it (Debian/Ubuntu: `apt-get install git`) and run again."
-        ) from None
+    proc = procs.run(
+        cmd,
+        cwd=cwd,
+        env=env,
+        input=input_text,
+        timeout=timeout,
+        check=False,
+        what=f"`git {' '.join(map(str, args[:2]))}`",
+        install_hint=(
+            "llamaspec uses git to fetch sources and apply patches; install it "
+            "(Debian/Ubuntu: `apt-get install git`) and run again."
+        ),
+    )
     if check and proc.returncode != 0:
         raise LlamaspecError(
             f"`git {' '.join(map(str, args))}` failed in {cwd or os.getcwd()}: "

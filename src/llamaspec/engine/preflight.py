@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llamaspec import procs
 from llamaspec.engine import backends
 from llamaspec.engine import vulkan_headers as vkheaders
 from llamaspec.engine.profiles import Define
@@ -64,13 +64,17 @@ class Preflight:
 
 
 def _out(cmd: Sequence[str], timeout: float = 60) -> str:
+    """What a probe prints (stdout + stderr); "" when it cannot run or times out."""
     try:
-        proc = subprocess.run(
-            list(cmd), capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        proc = procs.run(list(cmd), timeout=timeout, check=False)
+    except LlamaspecError:
         return ""
-    return proc.stdout + proc.stderr
+    return (proc.stdout or "") + (proc.stderr or "")
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else "(printed nothing)"
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -158,7 +162,8 @@ def find_nvcc(defines: Sequence[Define]) -> str | None:
 
 def probe_nvcc(path: str) -> Nvcc:
     """nvcc's version, the include/library dirs it compiles with, and the archs it knows."""
-    version = _version(re.search(r"release ([\d.]+)", _out([path, "--version"])).group(1))  # type: ignore[union-attr]
+    release = re.search(r"release ([\d.]+)", _out([path, "--version"]))
+    version = _version(release.group(1)) if release else ()
     with tempfile.TemporaryDirectory() as tmp:
         dry = _out([path, "--dryrun", "-c", str(Path(tmp) / "x.cu"), "-o", str(Path(tmp) / "x.o")])
     includes = re.findall(r'-I"?([^"\s]+)', _line(dry, "INCLUDES"))
@@ -196,6 +201,15 @@ def cuda_checks(archs: tuple[str, ...] | None, defines: Sequence[Define]) -> lis
             )
         ]
     nvcc = probe_nvcc(nvcc_path)
+    if not nvcc.version:
+        return [
+            Check(
+                "nvcc",
+                False,
+                f"{nvcc_path} --version names no CUDA release (not a working nvcc?)",
+                "check that this nvcc runs (`nvcc --version`), or set CUDACXX to a working one",
+            )
+        ]
     pkg = _cuda_pkg(nvcc.version)
     checks = [Check("nvcc", True, f"{nvcc_path}: CUDA {_dotted(nvcc.version)}")]
     header = next(
@@ -358,7 +372,7 @@ def vulkan_checks(tree: Path | None, defines: Sequence[Define]) -> tuple[list[Ch
         Check(
             "glslc",
             bool(glslc),
-            f"{glslc}: {_out([glslc, '--version']).splitlines()[0]}" if glslc else "no glslc",
+            f"{glslc}: {_first_line(_out([glslc, '--version']))}" if glslc else "no glslc",
             "`apt-get install glslc` (Debian 12+/Ubuntu 22.04+; elsewhere the Vulkan SDK)",
         )
     )

@@ -9,11 +9,11 @@ when complete, so an interrupted fetch never leaves a tree that looks finished.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from llamaspec import procs
 from llamaspec.config import FULL_SHA, Engine
 from llamaspec.engine import gitutil
 from llamaspec.errors import LlamaspecError
@@ -30,6 +31,7 @@ from llamaspec.paths import cache_dir
 Origin = Literal["git", "pypi-sdist", "local"]
 SourceKind = Literal["auto", "git", "pypi", "local"]
 Say = Callable[[str], None]
+PIP_TIMEOUT_S = 1800  # one sdist of ~80 MB, even on a slow link
 
 UNREACHABLE_HINTS = (
     "could not resolve host",
@@ -239,7 +241,8 @@ def download_sdist(package: str, version: str, sha256: str, say: Say) -> Path:
             return existing
         existing.unlink()
     say(f"source: downloading {package}=={version} (sdist) from PyPI")
-    with tempfile.TemporaryDirectory(dir=dest, prefix=".tmp-dl-") as tmp:
+    _clean_stale(dest)  # .tmp-dl-<pid>-* of runs that were killed
+    with tempfile.TemporaryDirectory(dir=dest, prefix=f".tmp-dl-{os.getpid()}-") as tmp:
         cmd = [
             sys.executable,
             "-m",
@@ -253,7 +256,7 @@ def download_sdist(package: str, version: str, sha256: str, say: Say) -> Path:
             tmp,
             f"{package}=={version}",
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        proc = procs.run(cmd, timeout=PIP_TIMEOUT_S, check=False, what="pip download")
         files = [p for p in Path(tmp).iterdir() if p.name.endswith((".tar.gz", ".zip"))]
         if proc.returncode != 0 or not files:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -342,6 +345,14 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
             )
         return tree
     # A plain directory: snapshot it; the content decides the cache entry.
+    if pin:
+        raise LlamaspecError(
+            f"--pin {pin[:12]} cannot be checked against {src}: it is a plain directory, not a "
+            "git checkout, so nothing in it proves which commit it holds. Use a git checkout "
+            f"of {engine.name} as --source-dir (llamaspec then checks out the pinned commit "
+            "from it), or drop --pin to build the directory as it is (the artifact then "
+            "records its content hash, not a commit)."
+        )
     say(f"source: snapshotting local tree {src}")
     parent = cache_dir() / "sources" / engine.name
     parent.mkdir(parents=True, exist_ok=True)
@@ -352,7 +363,8 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
         key = gitutil.tree_hash(tmp)
         final = parent / f"tree-{key}-local"
         if cached := _cached(final, engine):
-            return cached
+            # older caches stored a --pin here; a plain tree never proves a commit
+            return dataclasses.replace(cached, commit=None)
         with staging(final) as stage:
             stage.rmdir()
             shutil.move(str(tmp), stage)
@@ -360,7 +372,7 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
                 stage,
                 final,
                 engine,
-                commit=pin,
+                commit=None,
                 origin="local",
                 origin_detail=str(src),
                 has_history=False,

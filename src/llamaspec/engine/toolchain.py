@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 
+from llamaspec import procs
 from llamaspec.errors import LlamaspecError
 
 
@@ -22,8 +22,9 @@ class Toolchain:
 
 
 def _first_line(cmd: list[str]) -> str:
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else ""
+    out = procs.run(cmd, timeout=60, check=False, what=f"`{' '.join(cmd)}`")
+    lines = (out.stdout or out.stderr or "").strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def _require(tool: str, fix: str) -> str:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from llamaspec import procs
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir
 
@@ -78,8 +78,8 @@ def _arch() -> str:
     dpkg = shutil.which("dpkg")
     if not dpkg:
         return ""
-    return subprocess.run(
-        [dpkg, "--print-architecture"], capture_output=True, text=True, check=False
+    return procs.run(
+        [dpkg, "--print-architecture"], timeout=60, check=False, what="dpkg"
     ).stdout.strip()
 
 
@@ -112,11 +112,9 @@ def install(say: Callable[[str], None] = print, mirror: str | None = None) -> He
             say(f"vulkan headers: fetching {url}")
             path = work / Path(deb.pool_path).name
             _download(url, path, deb.sha256)
-            proc = subprocess.run(
-                ["dpkg", "-x", str(path), str(work)], capture_output=True, text=True, check=False
+            procs.run(
+                ["dpkg", "-x", str(path), str(work)], timeout=600, what=f"`dpkg -x {path.name}`"
             )
-            if proc.returncode != 0:
-                raise LlamaspecError(f"`dpkg -x {path.name}` failed: {proc.stderr.strip()}")
             path.unlink()
         (work / ".complete").write_text(
             "".join(f"{d.package} {d.pool_path} {d.sha256}\n" for d in DEBS[arch])
