@@ -16,12 +16,13 @@ from rich.console import Console
 
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import specs as images
-from llamaspec.images import tools as containers
+from llamaspec.images import tools
+from llamaspec.images.base import make_base_image
 
 from helpers import llamaspec
 
 pytestmark = pytest.mark.integration
-BUILDAH = containers.Tool("buildah", "buildah")
+BUILDAH = tools.Buildah()
 # Differ between any two builds: when and how long.
 VOLATILE = {"built_at", "build_seconds"}
 
@@ -30,8 +31,8 @@ VOLATILE = {"built_at", "build_seconds"}
 def cpu_image(upstream_artifact, tmp_path_factory) -> dict:
     """Build the image after the local build (whose ccache objects it reuses)."""
     base = images.BASES["cpu"][0]
-    if not containers.image_exists(BUILDAH, base):
-        containers.make_base_image("bookworm", base, Console())
+    if not BUILDAH.image_exists(base):
+        make_base_image("bookworm", base, Console())
     out = tmp_path_factory.mktemp("image") / "build.json"
     proc = llamaspec(
         "docker", "build", "--tool", "buildah", "--engine", "llama.cpp", "--backend", "cpu",
@@ -47,13 +48,11 @@ def test_image_carries_the_local_build(cpu_image, upstream_artifact) -> None:
     local = upstream_artifact.manifest
     ref = cpu_image["tags"][0]
     assert cpu_image["artifact_id"] == upstream_artifact.id
-    with containers.container(BUILDAH, ref) as ctr:
-        inside = json.loads(
-            containers.read_image_file(BUILDAH, ctr, "/opt/llamaspec/manifest.json")
-        )
+    with BUILDAH.working_container(ref) as ctr:
+        inside = json.loads(BUILDAH.read_file(ctr, "/opt/llamaspec/manifest.json"))
     differ = sorted(k for k in local.keys() | inside.keys() if local.get(k) != inside.get(k))
     assert set(differ) <= VOLATILE, {k: (local.get(k), inside.get(k)) for k in differ}
-    labels = containers.inspect_labels(BUILDAH, ref)
+    labels = BUILDAH.labels(ref)
     for key, value in images.image_labels(local, "", "").items():
         if key.startswith(images.LABEL_PREFIX):
             assert labels[key] == value
@@ -69,7 +68,7 @@ def test_tags_name_engine_commit_and_artifact(cpu_image, upstream_artifact) -> N
 
 
 def test_runtime_config(cpu_image) -> None:
-    config = containers.inspect_image(BUILDAH, cpu_image["tags"][0])
+    config = BUILDAH.inspect(cpu_image["tags"][0])
     assert config["User"] == "llama"
     assert "8080/tcp" in config["ExposedPorts"]
     assert config["Entrypoint"] == ["/opt/llamaspec/bin/entrypoint.sh"]
@@ -102,7 +101,7 @@ def test_size_budget(cpu_image, tmp_path: Path) -> None:
 def test_labels_refuse_another_engine_or_pin(cpu_image) -> None:
     """What `docker pull` does with a pulled image whose labels are not what was asked."""
     ref = cpu_image["tags"][1]
-    labels = containers.inspect_labels(BUILDAH, ref)
+    labels = BUILDAH.labels(ref)
     images.check_labels(labels, ref, "llama.cpp", "cpu", "0c1e57098bba43ac29e6e3b677cdceebdd22334f")
     with pytest.raises(LlamaspecError, match="engine is 'llama.cpp', not 'ik_llama.cpp'"):
         images.check_labels(labels, ref, "ik_llama.cpp", "cpu", None)

@@ -13,8 +13,9 @@ import pytest
 
 from llamaspec.config import load_engines
 from llamaspec.errors import LlamaspecError
+from llamaspec.images import registry, tools
 from llamaspec.images import specs as images
-from llamaspec.images import tools as containers
+from llamaspec.images.smoke import server_shim
 from llamaspec.images.stage import system_libs
 
 pytestmark = pytest.mark.unit
@@ -127,29 +128,112 @@ def test_bake_file_is_current_and_matrix_covers_every_pair() -> None:
 
 def test_build_commands_for_both_tools(tmp_path: Path) -> None:
     args = {"ENGINE": "llama.cpp"}
-    docker = containers.Tool("docker", "docker")
-    cmd = containers.build_command(
-        docker, Path("d/Dockerfile.cpu"), Path("."), "runtime", args, tags=["r/x:t"],
-        push=True, cache="type=gha,scope=llama.cpp-cpu",
+    docker = tools.Docker("docker")
+    cmd = docker.build_argv(
+        Path("d/Dockerfile.cpu"), Path("."), "runtime", args,
+        tools.BuildSettings(cache="type=gha,scope=llama.cpp-cpu"), tags=["r/x:t"], push=True,
     )  # fmt: skip
     assert cmd[:3] == ["docker", "buildx", "build"]
     assert cmd[cmd.index("--cache-to") + 1] == "type=gha,mode=max,scope=llama.cpp-cpu"
     assert "--push" in cmd and "--load" not in cmd and cmd[-1] == "."
-    buildah = containers.Tool("buildah", "buildah")
-    cmd = containers.build_command(
-        buildah, Path("d/Dockerfile.cpu"), Path("."), "manifest", args,
-        output=tmp_path, volumes=[(tmp_path, "/root/.cache/ccache")], pull_never=True,
+    cmd = docker.build_argv(Path("D"), Path("."), "manifest", args, output=tmp_path)
+    assert "--push" not in cmd and "--load" not in cmd and "--cache-from" not in cmd
+    assert cmd[cmd.index("--output") + 1] == f"type=local,dest={tmp_path}"
+    buildah = tools.Buildah("buildah")
+    settings = tools.BuildSettings(volumes=((tmp_path, "/root/.cache/ccache"),), pull_never=True)
+    cmd = buildah.build_argv(
+        Path("d/Dockerfile.cpu"), Path("."), "manifest", args, settings, output=tmp_path,
+        ca_bundle=Path("/ca.pem"),
     )  # fmt: skip
     assert cmd[:4] == ["buildah", "bud", "--isolation", "chroot"]
     assert "--pull=never" in cmd and f"{tmp_path}:/root/.cache/ccache" in cmd
     assert cmd[cmd.index("--output") + 1] == f"type=local,dest={tmp_path}"
     assert cmd[cmd.index("--build-arg") + 1] == "ENGINE=llama.cpp"
+    assert cmd[cmd.index("--secret") + 1] == "id=ca,src=/ca.pem"
+    runtime = buildah.build_argv(Path("D"), Path("."), "runtime", args, tags=["a", "b"], push=True)
+    assert "--push" not in runtime and "--load" not in runtime  # buildah pushes afterwards
+    assert [runtime[i + 1] for i, w in enumerate(runtime) if w == "-t"] == ["a", "b"]
+
+
+def test_buildx_cache_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLAMASPEC_BUILDX_CACHE", "type=gha,scope=x")
+    assert tools.Docker().build_settings("base", None, print).cache == "type=gha,scope=x"
+    monkeypatch.delenv("LLAMASPEC_BUILDX_CACHE")
+    assert tools.Docker().build_settings("base", None, print) == tools.BuildSettings()
+
+
+def test_run_commands_for_both_tools(tmp_path: Path) -> None:
+    argv = ["/opt/llamaspec/bin/llama-server", "--port", "8081"]
+    mounts, env = [(tmp_path, "/models")], {"GGML_VK_VISIBLE_DEVICES": "0"}
+    assert tools.Docker("/d").run_argv("img:t", argv, mounts, env) == [
+        "/d", "run", "--rm", "-i", "--network", "host",
+        "--entrypoint", "/opt/llamaspec/bin/llama-server",
+        "-v", f"{tmp_path}:/models:ro", "-e", "GGML_VK_VISIBLE_DEVICES=0",
+        "img:t", "--port", "8081",
+    ]  # fmt: skip
+    assert tools.Buildah("/b").run_argv("ctr", argv, mounts, env) == [
+        "/b", "run", "--isolation", "chroot",
+        "-v", f"{tmp_path}:/models:ro", "--env", "GGML_VK_VISIBLE_DEVICES=0",
+        "ctr", "--", *argv,
+    ]  # fmt: skip
+    assert tools.Docker().pull_argv("r/x:t") == ["docker", "pull", "r/x:t"]
+    assert tools.Buildah().pull_argv("r/x:t") == ["buildah", "pull", "--quiet", "r/x:t"]
+
+
+def test_both_tools_implement_the_whole_interface() -> None:
+    members = [
+        name
+        for name, value in vars(tools.ContainerTool).items()
+        if callable(value) and not name.startswith("_")
+    ]
+    assert {"build_argv", "run_argv", "inspect", "pull_argv", "push", "added_bytes"} <= set(members)
+    for tool in (tools.Docker(), tools.Buildah()):
+        assert isinstance(tool, tools.ContainerTool)
+        missing = [m for m in members if not callable(getattr(tool, m, None))]
+        assert not missing, (tool.name, missing)
+
+
+def test_no_branching_on_the_tool_name_outside_the_tools() -> None:
+    """Tool differences live in Docker and Buildah; nothing else asks which one it has."""
+    src = ROOT / "src" / "llamaspec"
+    for path in [*(src / "images").glob("*.py"), *(src / "cli").glob("*.py")]:
+        text = path.read_text()
+        assert not re.search(r"\.name\s*[!=]=\s*[\"'](docker|buildah)", text), path
+        assert not re.search(r"[\"'](docker|buildah)[\"']\s*[!=]=\s*\w+\.name", text), path
+
+
+def test_server_shim_quotes_every_argument(tmp_path: Path) -> None:
+    """A model directory with a space and a quote reaches the tool as one argument."""
+    echo = tmp_path / "tool"
+    echo.write_text('#!/bin/sh\nfor a in "$@"; do printf \'%s\\n\' "$a"; done\n')
+    echo.chmod(0o755)
+    models = tmp_path / "it's a dir $HOME"
+    shim = server_shim(tools.Buildah(str(echo)), "ctr", models, tmp_path / "shim")
+    out = subprocess.run([str(shim), "--alias", "a b"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "run", "--isolation", "chroot", "-v", f"{models}:/models:ro",
+        "ctr", "--", "/opt/llamaspec/bin/llama-server", "--alias", "a b",
+    ]  # fmt: skip
 
 
 def test_push_digest_is_read_from_the_push_output() -> None:
     out = "latest: digest: sha256:" + "ab" * 32 + " size: 1573\n"
-    assert containers.push_digest(out) == "sha256:" + "ab" * 32
-    assert containers.push_digest("denied: permission") is None
+    assert tools.push_digest(out) == "sha256:" + "ab" * 32
+    assert tools.push_digest("denied: permission") is None
+
+
+def test_pull_errors_tell_unreachable_from_missing() -> None:
+    err = registry.pull_error(
+        "Error: dial tcp 127.0.0.1:9: connect: connection refused", "127.0.0.1:9/x/llamaspec:t",
+        "127.0.0.1:9/x", "llama.cpp", "cpu",
+    )  # fmt: skip
+    assert "Cannot reach the registry 127.0.0.1:9" in str(err)
+    assert "nox -s docker-build -- --engine llama.cpp --backend cpu" in str(err)
+    err = registry.pull_error(
+        "manifest unknown", "ghcr.io/o/llamaspec:t", "ghcr.io/o", "ik_llama.cpp", "cuda"
+    )
+    assert "ghcr.io/o has no image ghcr.io/o/llamaspec:t (manifest unknown)" in str(err)
 
 
 @pytest.mark.parametrize(
@@ -166,22 +250,25 @@ def test_host_detection(files: list[str], backend: str, tmp_path: Path) -> None:
     for name in files:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("{}")
-    assert containers.detect_host(tmp_path, which=lambda _name: None).backend == backend
+    assert registry.detect_host(tmp_path, which=lambda _name: None).backend == backend
 
 
 def test_run_hint_renders_the_recipe_for_the_engine() -> None:
     engines = load_engines(ROOT)
     ref = "r/llamaspec:llama.cpp-cuda"
-    up = containers.run_hint(ref, "cuda", engines["llama.cpp"], PIN, "qwen2.5-coder-7b", ROOT)
-    assert 'docker run --rm --gpus all -p 8080:8080 -v "$PWD/models:/models:ro" ' + ref in up
+    up = registry.run_hint(ref, "cuda", engines["llama.cpp"], PIN, "qwen2.5-coder-7b", ROOT)
+    assert (
+        'docker run --rm --gpus all -p 127.0.0.1:8080:8080 -v "$PWD/models:/models:ro" ' + ref in up
+    )
+    assert "# other machines on purpose, use `-p 8080:8080` and add `--api-key" in up
     assert "-m /models/qwen2.5-coder-7b-q8_0.gguf" in up
     assert "--spec-type draft-simple --spec-draft-model /models/qwen2.5-coder-0.5b-q8_0.gguf" in up
     assert "--host" not in up and "--port" not in up  # the image's entrypoint sets them
     ik = engines["ik_llama.cpp"]
-    hint = containers.run_hint("r/x", "cpu", ik, ik.pin, "gemma3-270m-self", ROOT)
+    hint = registry.run_hint("r/x", "cpu", ik, ik.pin, "gemma3-270m-self", ROOT)
     assert "-md /models/gemma-3-270m-q4_k_m.gguf --draft-max 8" in hint and "--gpus" not in hint
     with pytest.raises(LlamaspecError, match="Did you mean 'qwen2.5-coder-7b'"):
-        containers.run_hint("r/x", "cpu", ik, ik.pin, "qwen2.5-coder-7", ROOT)
+        registry.run_hint("r/x", "cpu", ik, ik.pin, "qwen2.5-coder-7", ROOT)
 
 
 def test_system_libraries_exclude_the_base_set(tmp_path: Path) -> None:
@@ -208,42 +295,102 @@ def containers_base(name: str) -> bool:
     return bool(BASE_LIBS.match(name))
 
 
+def stand_ins(where: Path, **scripts: str) -> str:
+    """A directory of tiny shell scripts named like the container tools (detection only)."""
+    where.mkdir(parents=True, exist_ok=True)
+    for name, body in scripts.items():
+        (where / name).write_text(f"#!/bin/sh\n{body}\n")
+        (where / name).chmod(0o755)
+    return str(where)
+
+
+NO_ENGINE = (
+    'echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. '
+    'Is the docker daemon running?" >&2; exit 1'
+)
+ENGINE = 'case "$1" in info) echo 27.3.1;; buildx) echo "github.com/docker/buildx v0.17";; esac'
+ENGINE_NO_BUILDX = 'case "$1" in info) echo 27.3.1;; *) exit 125;; esac'
+BUILDAH = "echo buildah version 1.28.2"
+
+
+@pytest.mark.parametrize(
+    ("scripts", "choice", "picked"),
+    [
+        ({"buildah": BUILDAH}, "auto", "buildah"),
+        ({"docker": ENGINE, "buildah": BUILDAH}, "auto", "docker"),
+        ({"docker": NO_ENGINE, "buildah": BUILDAH}, "auto", "buildah"),
+        ({"docker": ENGINE, "buildah": BUILDAH}, "buildah", "buildah"),
+        ({"docker": ENGINE}, "docker", "docker"),
+    ],
+)
+def test_detect_picks_one_tool(scripts: dict, choice: str, picked: str, tmp_path: Path) -> None:
+    path = stand_ins(tmp_path / "bin", **scripts)
+    tool = tools.detect(choice, path=path)
+    assert (tool.name, tool.path) == (picked, f"{path}/{picked}")
+    assert isinstance(tool, tools.Docker if picked == "docker" else tools.Buildah)
+
+
+@pytest.mark.parametrize(
+    ("scripts", "choice", "message"),
+    [
+        ({}, "auto", "neither docker nor buildah is on PATH"),
+        ({"docker": NO_ENGINE}, "auto", "a docker CLI is installed but no Docker engine answers"),
+        ({"docker": NO_ENGINE}, "docker", "no Docker engine answers (Cannot connect to the"),
+        ({"docker": ENGINE_NO_BUILDX}, "docker", "the buildx plugin is missing"),
+        ({"buildah": BUILDAH}, "docker", "there is no docker CLI on PATH"),
+        ({"docker": ENGINE}, "buildah", "buildah is not installed"),
+        ({"buildah": BUILDAH}, "podman", "Unknown container tool 'podman'"),
+    ],
+)
+def test_detect_says_what_is_missing(
+    scripts: dict, choice: str, message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(LlamaspecError) as err:
+        tools.detect(choice, path=stand_ins(tmp_path / "bin", **scripts))
+    assert message in str(err.value)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["docker", "build", "--engine", "llama.ccp"], "Did you mean 'llama.cpp'"),
         (["docker", "build", "--backend", "vulcan"], "Did you mean 'vulkan'"),
         (["docker", "pull", "--backend", "cuda", "--engine", "ik-llama.cpp"], "'ik_llama.cpp'"),
+        (["docker", "pull", "--engine", "ik-llama.cpp"], "Did you mean 'ik_llama.cpp'"),
+        (["docker", "pull", "--backend", "vulcan"], "Did you mean 'vulkan'"),
+        (["docker", "pull", "--pin", "0c1e570"], "is not a full 40-character commit SHA"),
+        (["docker", "pull", "--recipe", "qwen2.5-coder-7"], "Did you mean 'qwen2.5-coder-7b'"),
         (["docker", "build", "--pin", "0c1e570"], "is not a full 40-character commit SHA"),
+        (["docker", "push", "--record", "nothing.json"], "Cannot read the build record"),
+        (["docker", "size", "img", "--record", "nothing.json"], "Cannot read the build record"),
     ],
 )
-def test_bad_input_is_one_clear_error(args: list[str], message: str, tmp_path: Path) -> None:
-    assert message in one_paragraph(cli(*args, path=os.environ["PATH"], home=tmp_path))
+def test_bad_input_is_named_before_any_container_tool(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    """No tool at all, and a docker CLI without an engine: the typo is what is reported."""
+    empty = stand_ins(tmp_path / "empty")
+    assert message in one_paragraph(cli(*args, path=empty, home=tmp_path))
+    only_docker = stand_ins(tmp_path / "docker", docker=NO_ENGINE)
+    assert message in one_paragraph(cli(*args, path=only_docker, home=tmp_path))
 
 
 def test_no_container_tool_says_what_to_install(tmp_path: Path) -> None:
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    text = one_paragraph(cli("docker", "smoke", "x", path=str(empty), home=tmp_path))
+    text = one_paragraph(cli("docker", "smoke", "x", path=stand_ins(tmp_path / "b"), home=tmp_path))
     assert "neither docker nor buildah is on PATH" in text
     assert "apt-get install buildah" in text and "buildx" in text
 
 
-@pytest.mark.skipif(not shutil.which("docker"), reason="needs the docker CLI")
 def test_docker_cli_without_an_engine_is_named(tmp_path: Path) -> None:
-    only = tmp_path / "bin"
-    only.mkdir()
-    (only / "docker").symlink_to(shutil.which("docker"))
-    env_docker = subprocess.run(["docker", "info"], capture_output=True, check=False)
-    if env_docker.returncode == 0:
-        pytest.skip("a Docker engine runs here")
-    text = one_paragraph(cli("docker", "smoke", "x", path=str(only), home=tmp_path))
+    only = stand_ins(tmp_path / "bin", docker=NO_ENGINE)
+    text = one_paragraph(cli("docker", "smoke", "x", path=only, home=tmp_path))
     assert "a docker CLI is installed but no Docker engine answers" in text
+    assert "Is the docker daemon running?" in text
 
 
+@pytest.mark.skipif(not shutil.which("buildah"), reason="needs buildah (a real pull)")
 def test_unreachable_registry_suggests_docker_build(tmp_path: Path) -> None:
     """A real pull from a registry nobody listens on (loopback, closed port)."""
-    assert shutil.which("buildah"), "buildah is installed by .ci/run"
     text = one_paragraph(
         cli(
             "docker", "pull", "--tool", "buildah", "--backend", "cpu",

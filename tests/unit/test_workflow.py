@@ -16,7 +16,7 @@ import yaml
 
 from llamaspec.cli import docker as cli_docker
 from llamaspec.images import specs as images
-from llamaspec.images.tools import BuiltImage
+from llamaspec.images.build import BuiltImage
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]

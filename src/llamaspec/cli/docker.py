@@ -9,9 +9,8 @@ from pathlib import Path
 from rich.console import Console
 
 from llamaspec import config
+from llamaspec.errors import LlamaspecError
 from llamaspec.images import specs as images
-from llamaspec.images import tools as containers
-from llamaspec.images.stage import build_stage
 
 
 def _spec_args(p: argparse.ArgumentParser) -> None:
@@ -42,7 +41,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(backend=None)
     p.add_argument("--registry", default=images.DEFAULT_REGISTRY)
     p.add_argument("--tag", help="a specific (immutable) tag instead of <engine>-<backend>")
-    p.add_argument("--recipe", default=containers.DEFAULT_RECIPE, help="recipe to print a run for")
+    p.add_argument("--recipe", default=images.DEFAULT_RECIPE, help="recipe to print a run for")
     p.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     s = dsub.add_parser("smoke", help="smoke-test an image: speculation on, outputs identical")
     s.add_argument("image", help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu")
@@ -69,11 +68,33 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sz.add_argument("--record", type=Path, help="JSON from `docker build --out` (build times)")
 
 
+def _record(path: Path) -> dict:
+    """The JSON that `docker build --out` wrote."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise LlamaspecError(
+            f"Cannot read the build record {path} ({err}); give the file that "
+            "`llamaspec docker build --out FILE` wrote."
+        ) from None
+    if not isinstance(record, dict) or not record.get("tags") or "seconds" not in record:
+        raise LlamaspecError(
+            f"{path} is not a build record (no tags); give the file that "
+            "`llamaspec docker build --out FILE` wrote."
+        )
+    return record
+
+
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command != "docker":
         return False
+    # the image modules load on use: `llamaspec --help` stays fast
+    from llamaspec.images import build, registry, tools
+
     cmd = args.docker_command
     if cmd == "build-stage":
+        from llamaspec.images.stage import build_stage
+
         build_stage(
             args.engine or "llama.cpp",
             args.pin,
@@ -98,15 +119,19 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             build_image=args.build_image,
         )
         images.validate(spec, config.load_engines())
-        tool = containers.detect(args.tool)
-        built = containers.build_image(tool, spec, console, ccache=args.ccache_dir, push=args.push)
+        tool = tools.detect(args.tool)
+        built = build.build_image(tool, spec, console, ccache=args.ccache_dir, push=args.push)
         if args.out:
             args.out.write_text(json.dumps(built.to_json(), indent=2) + "\n")
     elif cmd == "pull":
-        containers.pull(
-            containers.detect(args.tool),
-            args.engine,
-            args.backend,
+        # the request is checked first: a typo is named even where no container tool runs
+        engine, backend = registry.pull_target(
+            args.engine, args.backend, args.pin, args.recipe, console
+        )
+        registry.pull(
+            tools.detect(args.tool),
+            engine,
+            backend,
             args.pin,
             args.registry,
             args.tag,
@@ -114,20 +139,26 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             args.recipe,
         )
     elif cmd == "smoke":
-        containers.smoke_image(containers.detect(args.tool), args.image, args.reports, console)
+        from llamaspec.images.smoke import smoke_image
+
+        smoke_image(tools.detect(args.tool), args.image, args.reports, console)
     elif cmd == "push":
-        record = json.loads(args.record.read_text())
-        ref = containers.push(containers.detect(args.tool), record["tags"])
+        record = _record(args.record)
+        ref = registry.push(tools.detect(args.tool), record["tags"])
         # `key=value` lines: the publishing workflow appends them to $GITHUB_OUTPUT
         print(f"ref={ref}\ndigest={ref.rsplit('@', 1)[1]}\ntag={record['tags'][0]}")
     elif cmd == "matrix":
         engines = list(config.load_engines())
         print(json.dumps({"include": images.matrix(engines, args.backend or images.BACKENDS)}))
     elif cmd == "bake":
-        containers.write_bake(config.load_engines(), check=args.check, console=console)
+        build.write_bake(config.load_engines(), check=args.check, console=console)
     elif cmd == "base":
-        containers.make_base_image(args.suite, args.tag, console)
+        from llamaspec.images.base import make_base_image
+
+        make_base_image(args.suite, args.tag, console)
     elif cmd == "size":
-        record = json.loads(args.record.read_text()) if args.record else None
-        containers.size_report(args.image, args.base, args.reports, console, record=record)
+        from llamaspec.images.size import size_report
+
+        record = _record(args.record) if args.record else None
+        size_report(args.image, args.base, args.reports, console, record=record)
     return True

@@ -1,6 +1,6 @@
 """Docker images: what an image is made of (spec), what it says it is (labels, tags).
 
-Pure functions on frozen values; `containers.py` runs the tools. An image is built from
+Pure functions on frozen values; `tools.py` runs the container tools. An image is built from
 docker/Dockerfile.<backend> by the same fetch → patch → build code as a local build, so
 its labels are computed from the manifest that build wrote.
 """
@@ -22,6 +22,8 @@ REPOSITORY = "llamaspec"
 DEFAULT_REGISTRY = "ghcr.io/llamaspec"
 LOCAL_REGISTRY = "localhost"
 LABEL_PREFIX = "io.llamaspec."
+CONTAINER_MODELS = "/models"  # where `docker run` mounts the GGUFs
+DEFAULT_RECIPE = "qwen2.5-coder-7b"  # the recipe `docker pull` prints a run for
 # Default base images per backend (build arguments BASE_IMAGE / BUILD_IMAGE override them).
 BASES: dict[str, tuple[str, str]] = {
     # backend: (runtime base, build-stage base)

@@ -1,0 +1,181 @@
+"""Building an image, in two phases, with whichever container tool `tools.detect` chose.
+
+Phase one builds the `manifest` target and reads the manifest.json the build stage wrote;
+phase two builds the `runtime` target with labels computed from it (the runtime stage
+refuses labels that do not match its own tree), then checks the labels the image carries.
+The build stage is cached between the phases (buildx cache, `buildah --layers`). Also here:
+the bake file that declares the same builds for `docker buildx bake`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from llamaspec import procs
+from llamaspec.config import Engine
+from llamaspec.errors import LlamaspecError
+from llamaspec.images import specs as images
+from llamaspec.images.tools import BUILD_S, ContainerTool, attempt
+from llamaspec.paths import cache_dir, project_root
+
+LOG_TAIL = 40  # lines of a failed build's log shown
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """What `build_image` made: its references, labels and the manifest inside."""
+
+    spec: images.ImageSpec
+    tags: tuple[str, ...]
+    labels: Mapping[str, str]
+    manifest: Mapping
+    tool: str
+    seconds: Mapping[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "spec": self.spec.model_dump(),
+            "tags": list(self.tags),
+            "labels": dict(self.labels),
+            "artifact_id": self.manifest["artifact_id"],
+            "tool": self.tool,
+            "seconds": dict(self.seconds),
+        }
+
+
+def _git(root: Path, *args: str) -> str | None:
+    """git's answer in `root`, or None (no git, not a repository)."""
+    git = shutil.which("git")
+    if not git:
+        return None
+    proc = attempt([git, *args], 30, cwd=root)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def revision(root: Path) -> str:
+    """The commit of this repository the image is built from (`+dirty` with local changes)."""
+    head = _git(root, "rev-parse", "HEAD")
+    if not head:
+        return "unknown"
+    dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return head + ("+dirty" if dirty else "")
+
+
+def source_url(root: Path) -> str:
+    """Where this repository lives (LLAMASPEC_SOURCE_URL, else the git remote `origin`)."""
+    if env := os.environ.get("LLAMASPEC_SOURCE_URL"):
+        return env
+    url = _git(root, "remote", "get-url", "origin") or ""
+    if url.startswith("git@github.com:"):
+        url = "https://github.com/" + url.removeprefix("git@github.com:")
+    return url.removesuffix(".git") if url.startswith("http") else ""
+
+
+def all_build_args(spec: images.ImageSpec) -> dict[str, str]:
+    runtime, build = images.BASES[spec.backend]
+    return {"BASE_IMAGE": runtime, "BUILD_IMAGE": build, **spec.build_args()}
+
+
+def ca_bundle() -> Path | None:
+    """A CA bundle the host's Python tools are told to use (a TLS-inspecting proxy's CA is
+    in it), passed to the build stage as the `ca` secret: never stored in a layer."""
+    for var in ("LLAMASPEC_CA_BUNDLE", "PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):
+        if (value := os.environ.get(var)) and Path(value).is_file():
+            return Path(value)
+    system = Path("/etc/ssl/certs/ca-certificates.crt")  # Debian/Ubuntu: what the host trusts
+    return system if system.is_file() else None
+
+
+def run_logged(cmd: Sequence[str], log: Path, console: Console, what: str) -> None:
+    """Run one build target, its output into `log`; on failure show the end of it."""
+    console.print(f"docker-build: {what}: {' '.join(cmd[:3])} … (log: {log})")
+    with log.open("w") as fh, procs.popen(cmd, timeout=BUILD_S, check=False, what=what) as out:
+        for line in out.lines():
+            fh.write(line)
+    if out.returncode != 0:
+        text = log.read_text(errors="replace").splitlines()
+        raise LlamaspecError(
+            f"The image build failed ({what}, exit {out.returncode}); full log: {log}.",
+            details="\n".join(text[-LOG_TAIL:]),
+        )
+
+
+def check_built_labels(got: Mapping[str, str], want: Mapping[str, str], ref: str) -> None:
+    """The labels an image carries must be the ones computed from its manifest."""
+    wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+    if wrong:
+        raise LlamaspecError(f"{ref} was built but its labels are wrong: {wrong}")
+
+
+def build_image(
+    tool: ContainerTool,
+    spec: images.ImageSpec,
+    console: Console,
+    *,
+    ccache: Path | None = None,
+    push: bool = False,
+    root: Path | None = None,
+    logs: Path | None = None,
+) -> BuiltImage:
+    """Build, label and tag the image for `spec` (two phases, see the module docstring)."""
+    root = root or project_root()
+    dockerfile = spec.dockerfile(root)
+    if not dockerfile.is_file():
+        raise LlamaspecError(f"There is no {dockerfile.relative_to(root)} for {spec.backend!r}.")
+    args = all_build_args(spec)
+    settings = tool.build_settings(args["BASE_IMAGE"], ccache, console.print)
+    bundle = ca_bundle()
+    logs = logs or cache_dir() / "docker-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    stem = f"{spec.engine}-{spec.backend}"
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="llamaspec-manifest-") as tmp:
+        cmd = tool.build_argv(
+            dockerfile, root, "manifest", args, settings, output=Path(tmp), ca_bundle=bundle
+        )
+        run_logged(cmd, logs / f"{stem}-build.log", console, "build stage")
+        manifest = images.read_manifest(Path(tmp) / "manifest.json")
+    t1 = time.monotonic()
+    src, rev = source_url(root), revision(root)
+    refs = images.tags(spec, manifest)
+    label_args = {**args, **images.label_args(manifest, src, rev)}
+    cmd = tool.build_argv(
+        dockerfile, root, "runtime", label_args, settings, tags=refs, push=push, ca_bundle=bundle
+    )
+    run_logged(cmd, logs / f"{stem}-runtime.log", console, "runtime stage")
+    t2 = time.monotonic()
+    want = images.image_labels(manifest, src, rev)
+    labels = tool.labels(refs[0]) if not push else want
+    check_built_labels(labels, want, refs[0])
+    if push:
+        tool.push_built(refs)
+    console.print(f"docker-build: {manifest['artifact_id']} → {', '.join(refs)}")
+    return BuiltImage(
+        spec,
+        tuple(refs),
+        labels,
+        manifest,
+        tool.name,
+        {"build_stage": round(t1 - t0, 1), "runtime_stage": round(t2 - t1, 1)},
+    )
+
+
+def write_bake(engines: Mapping[str, Engine], *, check: bool, console: Console) -> Path:
+    """docker/docker-bake.hcl for the engine × backend matrix (or check it is current)."""
+    path = project_root() / "docker" / "docker-bake.hcl"
+    text = images.bake(engines)
+    if check:
+        if not path.is_file() or path.read_text() != text:
+            raise LlamaspecError(f"{path} is not current; run `llamaspec docker bake`.")
+    else:
+        path.write_text(text)
+    console.print(f"bake: {path} ({'current' if check else 'written'})")
+    return path

@@ -1,0 +1,95 @@
+"""Smoke-testing an image: the same smoke test as a local build, run against the image's own
+llama-server (through a shim), plus the image's HEALTHCHECK against a running and a stopped
+server, and its labels against the manifest inside it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from rich.console import Console
+
+from llamaspec.engine.build import Artifact
+from llamaspec.errors import LlamaspecError
+from llamaspec.images import specs as images
+from llamaspec.images.tools import ContainerTool, attempt
+
+MANIFEST = "/opt/llamaspec/manifest.json"
+HEALTHCHECK_S = 60
+
+
+def server_shim(
+    tool: ContainerTool,
+    ctr: str,
+    model_dir: Path,
+    where: Path,
+    env: Mapping[str, str] | None = None,
+) -> Path:
+    """An executable `bin/llama-server` that runs the image's server with the models mounted
+    at /models, so the smoke code drives the image exactly as it drives a local build."""
+    argv = tool.run_argv(
+        ctr, ["/opt/llamaspec/bin/llama-server"], [(model_dir, images.CONTAINER_MODELS)], env
+    )
+    shim = where / "bin" / "llama-server"
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    shim.write_text(f'#!/bin/sh\nexec {shlex.join(argv)} "$@"\n')
+    shim.chmod(0o755)
+    return shim
+
+
+def labels_match_manifest(labels: Mapping[str, str], manifest: Mapping, ref: str) -> None:
+    """The image's io.llamaspec.* labels must say what its manifest.json says."""
+    want = images.build_labels(manifest)
+    got = {k.removeprefix(images.LABEL_PREFIX): v for k, v in labels.items()}
+    wrong = [k for k, v in want.items() if got.get(k) != v]
+    if wrong:
+        raise LlamaspecError(
+            f"{ref}: labels {', '.join(wrong)} do not match the manifest inside the image."
+        )
+
+
+def healthcheck(tool: ContainerTool, ctr: str, port: int) -> bool:
+    """Whether the image's HEALTHCHECK script calls the server on `port` healthy."""
+    argv = ["env", f"LLAMASPEC_PORT={port}", "/opt/llamaspec/bin/healthcheck.sh"]
+    return attempt(tool.run_argv(ctr, argv), HEALTHCHECK_S).returncode == 0
+
+
+def smoke_image(
+    tool: ContainerTool, ref: str, reports: Path, console: Console, root: Path | None = None
+):
+    """The smoke test, run against the image's own llama-server, plus its HEALTHCHECK."""
+    from llamaspec.models.dialects import dialect_for
+    from llamaspec.models.embedded import embedded_model
+    from llamaspec.proof.client import running
+    from llamaspec.proof.smoke import base_args, smoke
+
+    labels = tool.labels(ref)
+    model = embedded_model(console.print)
+    with (
+        tool.working_container(ref) as ctr,
+        tempfile.TemporaryDirectory(prefix="llamaspec-img-") as tmp,
+    ):
+        manifest = json.loads(tool.read_file(ctr, MANIFEST))
+        labels_match_manifest(labels, manifest, ref)
+        # without a GPU, ggml-vulkan uses a CPU device (lavapipe) only when asked to
+        env = {"GGML_VK_VISIBLE_DEVICES": "0"} if manifest["backend"] == "vulkan" else None
+        server = server_shim(tool, ctr, model.parent, Path(tmp), env)
+        artifact = Artifact(manifest["artifact_id"], server.parent.parent, manifest, True)
+        out = reports / f"docker-smoke-{manifest['artifact_id']}"
+        inside_model = Path(images.CONTAINER_MODELS) / model.name
+        report = smoke(
+            artifact, dialect_for(artifact, console.print, root), inside_model, out, console
+        )
+        with running(server, base_args(inside_model), out / "logs" / "health.log") as srv:
+            healthy = healthcheck(tool, ctr, srv.port)
+        stopped = healthcheck(tool, ctr, srv.port)
+    if not healthy or stopped:
+        raise LlamaspecError(
+            f"{ref}: the HEALTHCHECK script answered {'unhealthy' if not healthy else 'healthy'} "
+            f"for a server that was {'running' if not healthy else 'stopped'}."
+        )
+    console.print(f"docker-smoke: {ref}: smoke PASSED, HEALTHCHECK ok")
+    return report
