@@ -1,28 +1,91 @@
-"""`llamaspec bench` and `llamaspec bench-build`: what speculation and builds cost here."""
+"""`llamaspec bench`, `llamaspec tune` and `llamaspec bench-build`: what speculation and
+builds cost here, and which speculative settings are fastest."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
-from llamaspec.engine.build import load_artifact, newest_artifact
+    from llamaspec.engine.build import Artifact
+    from llamaspec.proof.bench import BenchPlan
+
+DEFAULT_RECIPE = "gemma3-270m-ngram"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return value
+
+
+def _minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes above 0")
+    return value
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
+    p.add_argument("--dist", type=Path, default=Path("dist"))
+    p.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only these workloads (repeatable): conversation, translation, summarization, "
+        "qa, math, rag, copy, code-edit",
+    )
+    p.add_argument("--reports", type=Path, default=Path("reports"))
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="speedup benchmark with and without speculation")
+    b = sub.add_parser("bench", help="a recipe's speedup with and without speculation")
     b.add_argument(
         "recipe",
         nargs="?",
-        default="gemma3-270m-self",
-        help="recipe name (default: the embedded pair)",
+        help=f"recipe name (default: {DEFAULT_RECIPE}, or an ad-hoc run with --target)",
     )
-    b.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
-    b.add_argument("--dist", type=Path, default=Path("dist"))
-    b.add_argument("--repetitions", type=int, default=3)
-    b.add_argument("--n-max", type=int, default=8, help="draft length")
-    b.add_argument("--reports", type=Path, default=Path("reports"))
+    _common(b)
+    b.add_argument("--target", type=Path, metavar="FILE", help="ad-hoc: the target GGUF")
+    b.add_argument("--draft", type=Path, metavar="FILE", help="ad-hoc: a draft GGUF")
+    b.add_argument(
+        "--spec",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="ad-hoc: spec type (repeatable to stack): draft, ngram-mod, ngram-map-k, …",
+    )
+    b.add_argument("--n-max", type=_positive, help="draft length (overrides the recipe's)")
+    b.add_argument("--repetitions", type=_positive, default=3)
+    b.add_argument(
+        "--concurrency",
+        type=_positive,
+        action="append",
+        default=[],
+        metavar="N",
+        help="clients at once (repeatable; default 1 and 4)",
+    )
+    b.add_argument("--no-cost-model", action="store_true", help="skip the cost model")
+    t = sub.add_parser("tune", help="sweep spec types and knobs; write the fastest as a recipe")
+    t.add_argument("recipe", nargs="?", default=DEFAULT_RECIPE, help="the recipe to start from")
+    _common(t)
+    t.add_argument("--budget", type=_minutes, default=10.0, help="minutes to spend (default 10)")
+    t.add_argument(
+        "--out", type=Path, help="where the tuned recipe goes (default: the project's recipes/)"
+    )
+    t.add_argument("--fresh", action="store_true", help="ignore the state of an earlier run")
     bb = sub.add_parser("bench-build", help="cold build time: llamaspec vs plain cmake")
     bb.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
     bb.add_argument("--dist", type=Path, default=Path("dist"))
@@ -30,30 +93,70 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command not in ("bench", "bench-build"):
+    if args.command not in ("bench", "bench-build", "tune"):
         return False
+    from llamaspec.engine.build import load_artifact, newest_artifact
+
     artifact = load_artifact(args.dist, args.artifact or newest_artifact(args.dist))
     if args.command == "bench-build":
         from llamaspec.engine.build_bench import bench_build
 
         bench_build(artifact, args.dist, args.reports, console)
         return True
-    from llamaspec.models import dialects
-    from llamaspec.models.dialects import dialect_for
-    from llamaspec.models.embedded import embedded_model
+    from llamaspec.proof import workloads
+
+    chosen = workloads.select(args.workload)  # unknown names fail before anything starts
+    if args.command == "tune":
+        from llamaspec.proof import tune
+
+        tune.tune(
+            artifact,
+            args.recipe,
+            console,
+            budget_minutes=args.budget,
+            workloads=chosen if args.workload else None,
+            out_dir=args.out,
+            reports=args.reports,
+            fresh=args.fresh,
+        )
+        return True
     from llamaspec.proof import bench
 
-    dialect = dialect_for(artifact, console.print)
-    model = embedded_model(console.print)
-    settings = dialects.SpecSettings("draft", model, n_max=args.n_max)
+    p = _bench_plan(args, artifact, console)
     bench.bench(
         artifact,
-        dialect,
-        model,
-        settings,
-        args.recipe,
+        p,
+        chosen,
         args.reports,
         console,
+        concurrency=args.concurrency or (1, 4),
         repetitions=args.repetitions,
+        cost_model=not args.no_cost_model,
     )
     return True
+
+
+def _bench_plan(args: argparse.Namespace, artifact: Artifact, console: Console) -> BenchPlan:
+    from llamaspec.errors import LlamaspecError
+    from llamaspec.proof import tune
+
+    if args.target is None and (args.draft or args.spec):
+        raise LlamaspecError(
+            "--draft and --spec describe an ad-hoc run and need --target FILE too (or name a "
+            "recipe instead)."
+        )
+    if args.target is not None:
+        if args.recipe:
+            raise LlamaspecError(
+                f"Both a recipe ({args.recipe}) and --target were given; bench either a recipe "
+                "or an ad-hoc --target FILE [--draft FILE] --spec TYPE run."
+            )
+        recipe = tune.adhoc_recipe(args.target, args.draft, args.spec, args.n_max)
+        return tune.recipe_plan(artifact, recipe, args.target, args.draft, console)
+    name = args.recipe or DEFAULT_RECIPE
+    recipe, target, draft = tune.recipe_models(name, console)
+    if args.n_max:
+        recipe = recipe.model_copy(
+            update={"spec": recipe.spec.model_copy(update={"draft_n_max": args.n_max})}
+        )
+    return tune.recipe_plan(artifact, recipe, target, draft, console)

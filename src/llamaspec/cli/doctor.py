@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from llamaspec.cli import options
+from llamaspec.errors import LlamaspecError
 
-from llamaspec import config
-from llamaspec.engine import backends, preflight, sources, toolchain
-from llamaspec.engine import vulkan_headers as vkheaders
-from llamaspec.engine.pipeline import BuildSpec, resolve_options
-from llamaspec.errors import LlamaspecError, choose
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from llamaspec.engine import preflight
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -24,30 +22,26 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=[],
         help="check only this backend (repeatable); a named backend that fails exits 2",
     )
-    d.add_argument("--engine", default="llama.cpp", help="whose tree's needs to check")
-    d.add_argument(
-        "--source",
-        default="auto",
-        choices=["auto", "git", "pypi", "local"],
-        help="where the engine tree comes from (as for build)",
-    )
-    d.add_argument("--source-dir", type=Path, help="engine checkout for --source local")
+    options.add(d, "engine", "source", "source_dir")
     d.add_argument("--no-tree", action="store_true", help="skip checks that need the tree")
-    d.add_argument("--cuda-arch", metavar="ARCHS", help="CUDA archs to check against nvcc")
-    d.add_argument(
-        "--define", "-D", action="append", default=[], metavar="NAME=VALUE", help="as for build"
-    )
+    options.add(d, "cuda_arch", "defines")
     d.add_argument(
         "--fix-vulkan-headers",
         action="store_true",
-        help=f"fetch Debian 13's Vulkan/SPIR-V headers ({vkheaders.RELEASE}, sha256-pinned) "
-        "into the llamaspec cache for builds on distributions with older ones",
+        help="fetch Debian 13's Vulkan/SPIR-V headers (sha256-pinned) into the llamaspec "
+        "cache for builds on distributions with older ones",
     )
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command != "doctor":
         return False
+    from llamaspec import config
+    from llamaspec.engine import backends, preflight, sources, toolchain
+    from llamaspec.engine import vulkan_headers as vkheaders
+    from llamaspec.engine.pipeline import resolve_options
+    from llamaspec.errors import choose
+
     if args.fix_vulkan_headers:
         vkheaders.install(console.print)
     named = [backends.check_backend(b) for b in args.backend]
@@ -59,10 +53,10 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         tree = sources.fetch(engine, None, args.source, args.source_dir, console.print).path
     failed = []
     for backend in named or list(backends.BACKENDS):
-        spec = BuildSpec(
+        spec = options.build_spec(
+            args,
             engine=engine.name,
             backend=backend,
-            defines=tuple(args.define),
             cuda_arch=args.cuda_arch if backend == "cuda" else None,
         )
         opts = resolve_options(spec, engine.name)
@@ -85,6 +79,9 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
 
 
 def _print(result: preflight.Preflight, console: Console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(title=f"doctor: {result.backend}", show_lines=False)
     for col in ("check", "status", "found", "fix"):
         table.add_column(col, overflow="fold")

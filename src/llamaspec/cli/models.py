@@ -6,18 +6,18 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from llamaspec import config
-from llamaspec import lock as lockfile
-from llamaspec.engine.build import Artifact, load_artifact, newest_artifact
+from llamaspec.cli import options
 from llamaspec.errors import LlamaspecError, choose
-from llamaspec.models import catalog as models
-from llamaspec.models import compat, recipes
-from llamaspec.models.dialects import dialect_for, server_help
 from llamaspec.paths import project_root
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from llamaspec import config
+    from llamaspec.engine.build import Artifact
+    from llamaspec.models import recipes
 
 DIALECTS = ("upstream", "upstream-legacy", "ik-legacy", "ik-spec-type")
 
@@ -53,7 +53,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--engine", help="llama.cpp or ik_llama.cpp (default: the artifact's, else llama.cpp)"
+        "--engine",
+        type=options.non_empty,
+        help="llama.cpp or ik_llama.cpp (default: the artifact's, else llama.cpp)",
     )
     p.add_argument(
         "--artifact", help="a built artifact id (or prefix) in dist/: its binary, pin and --help"
@@ -80,6 +82,10 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
 
 
 def _models(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec import config
+    from llamaspec.models import catalog as models
+    from llamaspec.models import compat
+
     root = project_root()
     catalog = config.load_models(root)
     if args.models_command == "list":
@@ -115,6 +121,12 @@ def _models(args: argparse.Namespace, console: Console) -> None:
 
 
 def _recipe(args: argparse.Namespace, console: Console) -> None:
+    from rich.table import Table
+
+    from llamaspec import config
+    from llamaspec import lock as lockfile
+    from llamaspec.models import recipes
+
     root = project_root()
     catalog = config.load_models(root)
     all_recipes = config.load_recipes(root, catalog)
@@ -150,6 +162,8 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
 
 
 def _model_path(model: config.ModelFile, locked: dict | None) -> Path | str:
+    from llamaspec.models import catalog as models
+
     return models.local_path(model, locked) or f"hf://{model.repo}/{model.file}"
 
 
@@ -161,6 +175,11 @@ def _command(
     console: Console,
 ) -> tuple[recipes.ServerCommand, Artifact | None]:
     """Render for the artifact (checked against its --help) or for an engine's default pin."""
+    from llamaspec import config
+    from llamaspec.engine.build import load_artifact
+    from llamaspec.models import recipes
+    from llamaspec.models.dialects import dialect_for, server_help
+
     engines = config.load_engines()
     artifact = load_artifact(args.dist, args.artifact) if args.artifact else None
     if artifact is not None:
@@ -172,11 +191,15 @@ def _command(
             )
         dialect = args.dialect or dialect_for(artifact, console.print)
         backend = args.backend or artifact.manifest.get("backend", "cpu")
+        variants = list(artifact.manifest.get("variants") or ())
+        pin = artifact.manifest.get("commit")
         server = str(artifact.server)
     else:
         engine = choose("engine", args.engine or "llama.cpp", engines)
         dialect = args.dialect or engines[engine].dialect
         backend = args.backend or "cuda"
+        variants = None  # no build known: assume it has what the recipe asks for
+        pin = engines[engine].pin
         server = "llama-server"
     cmd = recipes.render(
         recipe,
@@ -188,6 +211,8 @@ def _command(
         backend=backend,
         host=args.host,
         port=args.port,
+        variants=variants,
+        pin=pin,
     )
     if artifact is not None:
         recipes.check_against_help(cmd, server_help(artifact.server), f"{artifact.id}/llama-server")
@@ -195,6 +220,10 @@ def _command(
 
 
 def _serve(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec import config
+    from llamaspec.engine.build import newest_artifact
+    from llamaspec.models import catalog as models
+
     root = project_root()
     catalog = config.load_models(root)
     all_recipes = config.load_recipes(root, catalog)

@@ -4,40 +4,27 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from llamaspec import config
-from llamaspec import lock as lockfile
-from llamaspec.engine import patch_queue as patches
-from llamaspec.engine import patch_sources as patchsrc
-from llamaspec.engine import sources
+from llamaspec.cli import options
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.paths import project_root
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("patches", help="the patch catalog: status on a tree, export/import diffs")
     psub = p.add_subparsers(dest="patches_command", required=True)
     st = psub.add_parser("status", help="status of every catalog patch on an engine tree")
-    st.add_argument("--engine", default="llama.cpp")
-    st.add_argument("--pin", help="engine commit (full SHA); default: engines.yaml")
-    st.add_argument("--source", default="auto", choices=["auto", "git", "pypi", "local"])
-    st.add_argument("--source-dir", type=Path)
-    st.add_argument("--patch-source", metavar="DIR|URL")
+    options.add(st, *options.SOURCE)
     ex = psub.add_parser("export", help="copy cached patch diffs to DIR (for air-gapped machines)")
     ex.add_argument("dir", type=Path)
     im = psub.add_parser("import", help="add diffs from a DIR written by `patches export`")
     im.add_argument("dir", type=Path)
     lk = sub.add_parser("lock", help="resolve short SHAs and PR heads into llamaspec.lock")
-    lk.add_argument(
-        "--patch-source",
-        action="append",
-        default=[],
-        metavar="ENGINE=DIR|URL",
-        help="mirror for an engine, e.g. ik_llama.cpp=/srv/mirrors/ik_llama.cpp",
-    )
+    options.add_mirrors(lk)
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
@@ -46,6 +33,9 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         return True
     if args.command != "patches":
         return False
+    from llamaspec import config
+    from llamaspec.engine import patch_sources as patchsrc
+
     engines = config.load_engines()
     if args.patches_command == "export":
         n = patchsrc.export_diffs(list(engines), args.dir)
@@ -59,6 +49,13 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
 
 
 def status(args: argparse.Namespace, engines: dict, console: Console) -> None:
+    from rich.table import Table
+
+    from llamaspec import config
+    from llamaspec import lock as lockfile
+    from llamaspec.engine import patch_queue as patches
+    from llamaspec.engine import sources
+
     engine = engines[choose("engine", args.engine, engines)]
     root = project_root()
     lock = lockfile.load(root)
@@ -88,6 +85,10 @@ def status(args: argparse.Namespace, engines: dict, console: Console) -> None:
 
 
 def run_lock(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec import config
+    from llamaspec import lock as lockfile
+    from llamaspec.engine import patch_sources as patchsrc
+
     root = project_root()
     engines = config.load_engines(root)
     mirrors = {}

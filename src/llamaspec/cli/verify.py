@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-
-from llamaspec.engine.build import load_artifact, newest_artifact
 from llamaspec.errors import LlamaspecError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -41,6 +42,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command != "verify":
         return False
+    from llamaspec.engine.build import load_artifact, newest_artifact
     from llamaspec.models.dialects import dialect_for
     from llamaspec.models.embedded import embedded_model
     from llamaspec.proof import verify
