@@ -271,3 +271,66 @@ def test_split_gguf_pulls_every_part(env: Env, tmp_path: Path) -> None:
     assert list(lock["models"]["split"]["sha256"]) == names
     assert len(env.blobs()) == 2
     assert "big-Q4_K_M-00001-of-00002.gguf" in proc.stdout
+
+
+@pytest.mark.parametrize("where", ["payload", "header"])
+def test_corrupt_cached_model_is_detected_and_downloaded_again(
+    env: Env, tmp_path: Path, where: str
+) -> None:
+    """A cached file is verified on use: a damaged one is removed and fetched again, and
+    llamaspec.lock keeps the true sha256 (not the damaged file's)."""
+    f = write_gguf(tmp_path / "c.gguf", vocab(50), payload_bytes=1 << 20)
+    env.hub.add("org/c-GGUF", "c.gguf", f)
+    env.models["c"] = _model("org/c-GGUF", "c.gguf")
+    env.pairs["c-ngram"] = {"target": "c", "spec": "ngram"}
+    first = env.cli("models", "pull", "c-ngram")
+    assert first.returncode == 0, first.stdout + first.stderr
+    lock_before = (env.root / "llamaspec.lock").read_text()
+    (blob,) = env.blobs()
+    data = bytearray(blob.read_bytes())
+    at = 8 if where == "header" else len(data) // 2
+    data[at : at + 100] = bytes(b ^ 0xFF for b in data[at : at + 100])
+    blob.write_bytes(bytes(data))
+    gets = len(env.hub.content_gets())
+    again = env.cli("models", "pull", "c-ngram")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "corrupt" in again.stdout and "downloading it again" in " ".join(again.stdout.split())
+    (blob,) = env.blobs()
+    assert blob.read_bytes() == f.read_bytes()
+    assert (env.root / "llamaspec.lock").read_text() == lock_before
+    full = [g for g in env.hub.content_gets()[gets:] if not g.range]
+    assert len(full) == 1 and full[0].sent == f.stat().st_size
+
+
+def test_a_new_file_is_hashed_once(env: Env, tmp_path: Path) -> None:
+    """One sha256 record per downloaded file: the .incomplete file is hashed, then renamed
+    with its digest remembered, not hashed again under its final name."""
+    f = write_gguf(tmp_path / "o.gguf", vocab(50), payload_bytes=1 << 20)
+    env.hub.add("org/o-GGUF", "o.gguf", f)
+    env.models["o"] = _model("org/o-GGUF", "o.gguf")
+    env.pairs["o-ngram"] = {"target": "o", "spec": "ngram"}
+    proc = env.cli("models", "pull", "o-ngram")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stamps = list((tmp_path / "cache" / "sha256").iterdir())
+    assert len(stamps) == 1 and not stamps[0].name.endswith("incomplete")
+    assert stamps[0].read_text() == env.hub.repos["org/o-GGUF"].files["o.gguf"].sha256
+
+
+@pytest.mark.parametrize(
+    ("commit", "etag"),
+    [("../../../escaped", None), ("a" * 40, "../../escaped"), ("A" * 40, None), ("a" * 39, None)],
+)
+def test_server_ids_are_checked_before_they_become_paths(
+    env: Env, tmp_path: Path, commit: str, etag: str | None
+) -> None:
+    f = write_gguf(tmp_path / "e.gguf", vocab(50))
+    env.hub.add("org/e-GGUF", "e.gguf", f, etag=etag)
+    env.hub.repos["org/e-GGUF"].commit = commit
+    env.models["e"] = _model("org/e-GGUF", "e.gguf")
+    env.pairs["e-ngram"] = {"target": "e", "spec": "ngram"}
+    proc = env.cli("models", "pull", "e-ngram")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    msg = " ".join(proc.stderr.split())
+    assert "refuses it" in msg and "Traceback" not in proc.stderr
+    assert env.blobs() == [] and not list(tmp_path.rglob("escaped*"))
+    assert env.hub.content_gets() == []

@@ -41,9 +41,17 @@ def tokenizer(
     model: ModelFile, console: Console, locked: dict | None, local: Path | None = None
 ) -> compat.TokenizerInfo:
     """Tokenizer metadata: from a local file when given/present, else the remote header."""
-    path = local or local_path(model, locked)
+    if local is not None:
+        return compat.read_local(local)
+    path = local_path(model, locked)
     if path is not None:
-        return compat.read_local(path)
+        try:
+            return compat.read_local(path)
+        except LlamaspecError as exc:
+            if model.source == "embedded":
+                raise
+            # a damaged cached copy: judge from the hub; the download then replaces the file
+            console.print(f"model: the cached {path.name} is unreadable ({exc.message[:120]})")
     console.print(f"model: reading the GGUF header of {model.repo}/{model.parts[0]} (range read)")
     return hub.remote_tokenizer(model)
 

@@ -114,6 +114,9 @@ def remote_file(model: ModelFile, filename: str) -> RemoteFile:
         meta = hf.get_hf_file_metadata(url, token=_token(), endpoint=endpoint())
     etag = (meta.etag or "").strip('"').removeprefix("W/").strip('"')
     sha = etag if compat_sha(etag) else None
+    _check_server_id(etag, "ETag", (40, 64), model, filename)
+    if meta.commit_hash is not None:
+        _check_server_id(meta.commit_hash, "X-Repo-Commit", (40,), model, filename)
     return RemoteFile(
         model.repo or "",
         filename,
@@ -129,6 +132,23 @@ def remote_file(model: ModelFile, filename: str) -> RemoteFile:
 
 def compat_sha(text: str) -> bool:
     return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def _check_server_id(
+    value: str, header: str, lengths: tuple[int, ...], model: ModelFile, filename: str
+) -> None:
+    """Refuse a server-supplied id that is not lowercase hex of an expected length.
+
+    Commit ids and ETags become directory and file names in the HF cache; anything else
+    (`../`, slashes, an empty value) could write outside it or mix up entries."""
+    if len(value) in lengths and all(c in "0123456789abcdef" for c in value):
+        return
+    want = " or ".join(str(n) for n in lengths)
+    raise LlamaspecError(
+        f"{endpoint()} sent {header} {value[:80]!r} for {model.repo}/{filename}, which is not "
+        f"a hex id of {want} characters; llamaspec uses it as a cache path and refuses it. "
+        "Check HF_ENDPOINT (is it really a Hugging Face hub or a faithful mirror?) and run again."
+    )
 
 
 def range_fetcher(model: ModelFile, remote: RemoteFile) -> Callable[[int], bytes]:
@@ -185,23 +205,43 @@ def _gb(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB"
 
 
-def sha256_of(path: Path, say: Callable[[str], None]) -> str:
-    """sha256 of a (possibly large) file, remembered by size and mtime in llamaspec's cache."""
-    real = path.resolve()
+def _stamp(real: Path) -> Path:
+    # Any write to the file changes its ctime (which, unlike mtime, cannot be set back), so
+    # a stamp names exactly one state of one file; a changed file misses and is hashed anew.
     st = real.stat()
-    stamp = cache_dir() / "sha256" / f"{real.name}.{st.st_size}.{st.st_mtime_ns}"
-    if stamp.is_file():
-        return stamp.read_text().strip()
-    if st.st_size > (1 << 30):
-        say(f"model: checking sha256 of {path.name} ({_gb(st.st_size)})")
+    key = f"{real.name}.{st.st_dev}.{st.st_ino}.{st.st_size}.{st.st_mtime_ns}.{st.st_ctime_ns}"
+    return cache_dir() / "sha256" / key
+
+
+def _hash_file(path: Path) -> str:
     h = hashlib.sha256()
-    with real.open("rb") as f:
+    with path.open("rb") as f:
         while block := f.read(1 << 22):
             h.update(block)
-    digest = h.hexdigest()
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(digest)
+    return h.hexdigest()
+
+
+def sha256_of(path: Path, say: Callable[[str], None]) -> str:
+    """sha256 of a (possibly large) file, remembered for this exact state of the file."""
+    real = path.resolve()
+    stamp = _stamp(real)
+    if stamp.is_file():
+        return stamp.read_text().strip()
+    size = real.stat().st_size
+    if size > (1 << 30):
+        say(f"model: checking sha256 of {path.name} ({_gb(size)})")
+    digest = _hash_file(real)
+    remember_sha256(real, digest)
     return digest
+
+
+def remember_sha256(path: Path, digest: str) -> None:
+    """Record `digest` for the file's current state (after a rename, say: no second hash)."""
+    stamp = _stamp(path.resolve())
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}")
+    tmp.write_text(digest)
+    os.replace(tmp, stamp)
 
 
 def _storage(repo: str) -> Path:
@@ -218,10 +258,16 @@ def _fetch(remote: RemoteFile, want: str, console: Console) -> Path:
     storage = _storage(remote.repo)
     commit = remote.commit or remote.revision
     pointer = storage / "snapshots" / commit / remote.filename
-    if pointer.is_file():
-        return pointer
     blob = storage / "blobs" / remote.etag
     partial = blob.with_name(f"{remote.etag}.incomplete")
+    for cached in (pointer, blob):
+        if cached.is_file():
+            if _intact(cached, want, remote, console):
+                break
+            cached.resolve().unlink(missing_ok=True)  # the blob, not only the link to it
+            pointer.unlink(missing_ok=True)
+    if pointer.is_file():
+        return pointer
     if not blob.is_file():
         blob.parent.mkdir(parents=True, exist_ok=True)
         with partial.open("ab") as f:
@@ -248,7 +294,7 @@ def _fetch(remote: RemoteFile, want: str, console: Console) -> Path:
                 expected_size=remote.size,
                 displayed_filename=remote.filename,
             )
-        digest = sha256_of(partial, console.print)
+        digest = _hash_file(partial)
         if digest != want:
             partial.unlink()
             raise LlamaspecError(
@@ -257,6 +303,7 @@ def _fetch(remote: RemoteFile, want: str, console: Console) -> Path:
                 "happens again, the file on the hub differs from the catalog: check models.yaml."
             )
         partial.replace(blob)
+        remember_sha256(blob, digest)  # hashed once, while still .incomplete
     pointer.parent.mkdir(parents=True, exist_ok=True)
     pointer.unlink(missing_ok=True)
     pointer.symlink_to(os.path.relpath(blob, pointer.parent))
@@ -265,6 +312,18 @@ def _fetch(remote: RemoteFile, want: str, console: Console) -> Path:
         ref.parent.mkdir(parents=True, exist_ok=True)
         ref.write_text(commit)
     return pointer
+
+
+def _intact(path: Path, want: str, remote: RemoteFile, console: Console) -> bool:
+    """Whether a cached file still has the expected sha256 (else say so; caller removes it)."""
+    got = sha256_of(path, console.print)
+    if got == want:
+        return True
+    console.print(
+        f"model: the cached {remote.repo}/{remote.filename} has sha256 {got[:16]}…, expected "
+        f"{want[:16]}…: it is corrupt; removing it and downloading it again"
+    )
+    return False
 
 
 @dataclass(frozen=True)
