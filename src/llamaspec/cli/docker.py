@@ -5,31 +5,38 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
-from llamaspec import config
+from llamaspec.cli import options
 from llamaspec.errors import LlamaspecError
-from llamaspec.images import specs as images
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
-def _spec_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", default="llama.cpp", help="llama.cpp (default) or ik_llama.cpp")
-    p.add_argument("--backend", default="cpu", help="cpu (default), cuda or vulkan")
-    p.add_argument("--pin", help="engine commit (full SHA); default: engines.yaml")
+def _spec(read: Any, label: str) -> dict[str, Any]:
+    """A default from llamaspec.images.specs, read when the command runs (fast --help)."""
+
+    def load() -> Any:
+        from llamaspec.images import specs
+
+        return read(specs)
+
+    return options.deferred(load, label)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("docker", help="llama-server images: build, pull, smoke, matrix")
     dsub = d.add_subparsers(dest="docker_command", required=True)
     b = dsub.add_parser("build", help="build an image (docker buildx, else buildah)")
-    _spec_args(b)
+    options.add(b, "engine", "backend", "pin")
     b.add_argument(
         "--patches", default="", help="patch set: ID adds, -ID drops, none drops the defaults"
     )
-    b.add_argument("--variant", action="append", default=[], help="profile variant")
-    b.add_argument("--define", "-D", action="append", default=[], metavar="NAME=VALUE")
-    b.add_argument("--registry", default=images.LOCAL_REGISTRY, help="registry for the tags")
+    options.add(b, "variants", "defines")
+    b.add_argument(
+        "--registry", **_spec(lambda s: s.LOCAL_REGISTRY, "registry"), help="registry for the tags"
+    )
     b.add_argument("--base-image", help="runtime base image (default per backend)")
     b.add_argument("--build-image", help="build-stage base image (default per backend)")
     b.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
@@ -37,11 +44,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--ccache-dir", type=Path, help="host ccache dir to mount (buildah)")
     b.add_argument("--out", type=Path, help="write the build record (tags, labels) as JSON")
     p = dsub.add_parser("pull", help="pull the image for this host and print how to run it")
-    _spec_args(p)
+    options.add(p, "engine", "backend", "pin")
     p.set_defaults(backend=None)
-    p.add_argument("--registry", default=images.DEFAULT_REGISTRY)
+    p.add_argument("--registry", **_spec(lambda s: s.DEFAULT_REGISTRY, "registry"))
     p.add_argument("--tag", help="a specific (immutable) tag instead of <engine>-<backend>")
-    p.add_argument("--recipe", default=images.DEFAULT_RECIPE, help="recipe to print a run for")
+    p.add_argument(
+        "--recipe", **_spec(lambda s: s.DEFAULT_RECIPE, "recipe"), help="recipe to print a run for"
+    )
     p.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     s = dsub.add_parser("smoke", help="smoke-test an image: speculation on, outputs identical")
     s.add_argument("image", help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu")
@@ -60,10 +69,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     bk.add_argument("--check", action="store_true", help="fail when the file is not current")
     base = dsub.add_parser("base", help="make a Debian base image with debootstrap (no registry)")
     base.add_argument("--suite", default="bookworm")
-    base.add_argument("--tag", default=images.BASES["cpu"][0])
+    base.add_argument("--tag", **_spec(lambda s: s.BASES["cpu"][0], "image"))
     sz = dsub.add_parser("size", help="size report: layers an image adds over its base")
     sz.add_argument("image")
-    sz.add_argument("--base", default=images.BASES["cpu"][0])
+    sz.add_argument("--base", **_spec(lambda s: s.BASES["cpu"][0], "image"))
     sz.add_argument("--reports", type=Path, default=Path("reports"))
     sz.add_argument("--record", type=Path, help="JSON from `docker build --out` (build times)")
 
@@ -89,7 +98,9 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command != "docker":
         return False
     # the image modules load on use: `llamaspec --help` stays fast
+    from llamaspec import config
     from llamaspec.images import build, registry, tools
+    from llamaspec.images import specs as images
 
     cmd = args.docker_command
     if cmd == "build-stage":

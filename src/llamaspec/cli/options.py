@@ -12,6 +12,7 @@ only inside the functions that need them, never at import time.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -238,6 +239,22 @@ BY_NAME = {o.name: o for o in OPTIONS}
 SOURCE = ("engine", "pin", "source", "source_dir", "patch_source")
 # Options that `docker build` passes to the build inside the image.
 IMAGE = ("engine", "backend", "pin", "variants", "defines")
+
+
+def deferred(read: Callable[[], Any], label: str) -> dict[str, Any]:
+    """argparse `default`/`type` for a default that lives in a stage module.
+
+    The default is read (and its module imported) when the command's arguments are parsed,
+    not when the parser is made, so `llamaspec --help` imports no stage module. argparse
+    passes a string default through `type` only when the option was not given.
+    """
+    marker = f"<{label}>"
+
+    def value(text: str) -> Any:
+        return read() if text == marker else text
+
+    value.__name__ = label
+    return {"default": marker, "type": value}
 
 
 def add(parser: argparse.ArgumentParser, *names: str) -> None:
