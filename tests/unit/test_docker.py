@@ -425,3 +425,16 @@ def test_runtime_stage_ships_only_the_staged_tree(backend: str) -> None:
     if backend == "cuda":
         assert "-runtime-" in default_base and "-devel-" in images.BASES["cuda"][1]
     assert "USER llama" in runtime and "EXPOSE 8080" in runtime and "HEALTHCHECK" in runtime
+
+
+def test_tool_calls_have_a_time_limit_and_a_checked_exit_status(tmp_path: Path) -> None:
+    path = stand_ins(
+        tmp_path / "bin", hangs="sleep 30", fails='echo "Error: image not known" >&2; exit 125'
+    )
+    with pytest.raises(LlamaspecError, match="did not finish within 0.5 s"):
+        tools.call([f"{path}/hangs", "inspect"], "inspect x", timeout=0.5)
+    with pytest.raises(LlamaspecError) as err:
+        tools.Buildah(f"{path}/fails").inspect("img")
+    assert "Cannot inspect img" in str(err.value) and "status 125" in str(err.value)
+    assert "(Error: image not known)" in str(err.value)
+    assert not tools.Docker(f"{path}/fails").image_exists("img")

@@ -1,5 +1,10 @@
-"""Images stage: Docker images of an artifact: specs, labels, the in-image build stage, and
-container tools (docker buildx, buildah) behind one interface.
+"""Images stage: Docker images of an artifact.
+
+specs (what an image is made of, its labels and tags: pure), tools (the container-tool
+interface: docker buildx and buildah), build (the two-phase image build, the bake file),
+stage (inside the image's build stage), smoke (the smoke test and HEALTHCHECK of an image),
+registry (host backend, pull, push, how to run), base (a Debian base image with
+debootstrap), size (the size report).
 
 May import: the base modules, llamaspec.engine, llamaspec.models and llamaspec.proof.
 """

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 from rich.console import Console
 
+from llamaspec import procs
 from llamaspec.engine.build import Artifact
 from llamaspec.engine.pipeline import BuildSpec, run_build
 from llamaspec.errors import LlamaspecError
@@ -33,7 +33,7 @@ _LDD = re.compile(r"^\s*(\S+)\s+=>\s+(\S+)\s+\(0x[0-9a-f]+\)")
 
 def ldd_libs(binary: Path) -> dict[str, Path]:
     """soname → resolved path of every shared library `binary` loads (ldd)."""
-    proc = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False)
+    proc = procs.run(["ldd", str(binary)], timeout=60, check=False, what="ldd")
     missing = [ln.strip() for ln in proc.stdout.splitlines() if "not found" in ln]
     if proc.returncode != 0 or missing:
         raise LlamaspecError(
