@@ -8,26 +8,76 @@ from pathlib import Path
 import pytest
 
 from llamaspec.models import dialects
-from llamaspec.proof import bench, verify
+from llamaspec.proof import bench, costmodel, verify
 
 pytestmark = pytest.mark.unit
 
 
 def test_expected_speedup_formula() -> None:
     # a=0.8, g=4, c=0.1: (1 - 0.8^5) / (0.2 * 1.4)
-    assert bench.expected_speedup(0.8, 4, 0.1) == pytest.approx((1 - 0.8**5) / (0.2 * 1.4))
-    assert bench.expected_speedup(1.0, 8, 1.0) == pytest.approx(1.0)
-    assert bench.expected_speedup(0.0, 8, 0.05) < 1.0
+    assert costmodel.closed_form(0.8, 4, 0.1) == pytest.approx((1 - 0.8**5) / (0.2 * 1.4))
+    assert costmodel.closed_form(1.0, 8, 1.0) == pytest.approx(1.0)
+    assert costmodel.closed_form(0.0, 8, 0.05) < 1.0
 
 
 def test_summary_reports_speedup_acceptance_and_ratio() -> None:
-    w = bench.WorkloadResult("code")
-    w.plain = [bench.Sample(10.0, 64), bench.Sample(12.0, 64), bench.Sample(11.0, 64)]
-    w.spec = [bench.Sample(16.5, 64, 40, 30, 10)] * 3
-    s = bench.summarize(w, g=4, cost_ratio=0.1)
+    cell = bench.Cell("code", 1)
+    cell.plain = [
+        bench.Sample(64, 10.0, 7.0),
+        bench.Sample(64, 12.0, 6.0),
+        bench.Sample(64, 11.0, 6.5),
+    ]
+    cell.spec = [bench.Sample(64, 16.5, 4.0, 40, 30, 10, [9, 8, 7, 6])] * 3
+    s = bench.summarize(cell, {1: 10.0, 2: 11.0, 4: 12.0, 5: 12.5}, 0.0, True)
     assert s["speedup"] == pytest.approx(1.5) and s["acceptance"] == 0.75
     assert s["mean_accepted_length"] == 3.0 and s["plain_tps_spread"] == [10.0, 12.0]
+    assert s["acceptance_by_position"] == [0.9, 0.8, 0.7, 0.6]
+    assert s["accepted_length_histogram"] == [3, 3, 3, 3, 18]
     assert s["measured_over_expected"] == pytest.approx(1.5 / s["expected_speedup"], rel=1e-2)
+    four = bench.Cell("code", 4, cell.plain, cell.spec)
+    assert bench.summarize(four, {1: 10.0}, 0.0, True)["expected_speedup"] is None
+
+
+def test_bench_splits_a_rendered_command_into_plain_and_speculative_args() -> None:
+    argv = [
+        "/x/llama-server",
+        "-m",
+        "/m/t.gguf",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8080",
+        "-c",
+        "4096",
+        "-np",
+        "1",
+        "--spec-type",
+        "ngram-mod",
+        "--spec-ngram-mod-n-match",
+        "8",
+        "-md",
+        "/m/d.gguf",
+        "--draft-max",
+        "8",
+        "-mtp",
+        "-fa",
+        "on",
+    ]
+    plain, spec = bench.split_spec(bench.server_args(argv))
+    assert plain == ["-m", "/m/t.gguf", "-c", "4096", "-np", "1", "-fa", "on"]
+    assert spec == [
+        "--spec-type",
+        "ngram-mod",
+        "--spec-ngram-mod-n-match",
+        "8",
+        "-md",
+        "/m/d.gguf",
+        "--draft-max",
+        "8",
+        "-mtp",
+    ]
+    assert bench.with_slots(plain, 4)[-4:] == ["-c", "16384", "-np", "4"]
+    assert bench.shown(["-m", "/nowhere/t.gguf", "-c", "1"]) == "llama-server -m t.gguf -c 1"
 
 
 def test_dialect_probe_from_help() -> None:

@@ -114,7 +114,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             args.recipe,
             console,
             budget_minutes=args.budget,
-            workloads=chosen if args.workload else None,
+            mix=chosen if args.workload else None,
             out_dir=args.out,
             reports=args.reports,
             fresh=args.fresh,

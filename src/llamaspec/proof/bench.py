@@ -1,277 +1,566 @@
-"""Speedup benchmark: the same binary with and without speculation, on three workloads.
+"""Speedup benchmark: a recipe's own server command, with and without speculation.
 
-Writes reports/bench-<recipe>-<artifact>.json, a Markdown table and a PNG bar chart.
+Both servers run from the same binary at the same time and take turns, workload by
+workload, so drift on a shared machine hits both alike. The plain server is the recipe's
+command with its speculative flags removed. Before the workloads, the cost model times the
+target on batches (`costmodel`), so every workload's measured speedup comes with the one
+the machine's costs predict. Writes reports/bench-<name>-<artifact>.{json,md,png}.
 Speed is measured here, never asserted in tests.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-import re
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import httpx
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from llamaspec.engine.build import Artifact
-from llamaspec.models import dialects
-from llamaspec.proof import smoke, verify
+from llamaspec.proof import costmodel
 from llamaspec.proof.client import Server, running
-from llamaspec.proof.smoke import Prompt
+from llamaspec.proof.workloads import Workload
 
-CODE_REWRITE = Prompt("code-rewrite", verify.VERIFY_PROMPTS[3].text, 160)
-PROSE = Prompt(
-    "prose",
-    "Write a short story about a lighthouse keeper who finds a message in a bottle. "
-    "Describe the sea, the weather and what the message says.\n\n",
-    160,
+# Flags that switch speculation on or tune it (all take one value), in every dialect.
+_SPEC_PREFIXES = ("--spec-",)
+_SPEC_FLAGS = frozenset(
+    {
+        "-md",
+        "--model-draft",
+        "--draft",
+        "--draft-max",
+        "--draft-min",
+        "--draft-n",
+        "--draft-p-min",
+        "-ngld",
+        "--gpu-layers-draft",
+        "--n-gpu-layers-draft",
+        "-ctkd",
+        "-ctvd",
+        "--cache-type-k-draft",
+        "--cache-type-v-draft",
+        "-devd",
+        "--device-draft",
+        "-cd",
+        "--ctx-size-draft",
+    }
 )
+# Speculative switches that take no value (ik_llama.cpp's MTP).
+_SPEC_SWITCHES = frozenset({"-mtp", "--multi-token-prediction"})
+# The cost model's prefix and the tokens appended to it in the batch timings.
+_COST_PREFIX = (
+    "A short note on how tides work. The moon's gravity pulls on the oceans, and the water "
+    "on the side of the earth facing the moon bulges towards it. "
+)
+_COST_EXTRA = (
+    " Meanwhile, railway timetables in mountain valleys follow the seasons: in winter the "
+    "first train leaves later, snow ploughs run ahead of it, and the stations keep their "
+    "waiting rooms heated until the last connection of the evening has gone. Farmers load "
+    "milk churns at dawn, and the postman rides in the front carriage with the mail."
+)
+
+
+def split_spec(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(argv without speculation, the speculative flags with their values)."""
+    plain: list[str] = []
+    spec: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in _SPEC_SWITCHES:
+            spec.append(arg)
+            i += 1
+            continue
+        if arg in _SPEC_FLAGS or arg.startswith(_SPEC_PREFIXES):
+            spec += list(argv[i : i + 2])
+            i += 2
+            continue
+        plain.append(arg)
+        i += 1
+    return plain, spec
+
+
+def server_args(argv: Sequence[str]) -> list[str]:
+    """A rendered command's arguments without the binary, --host and --port (the runner
+    sets those)."""
+    out: list[str] = []
+    rest = list(argv[1:])
+    i = 0
+    while i < len(rest):
+        if rest[i] in ("--host", "--port"):
+            i += 2
+            continue
+        out.append(rest[i])
+        i += 1
+    return out
+
+
+def with_slots(args: Sequence[str], slots: int) -> list[str]:
+    """`args` serving `slots` parallel requests (-np), with the context grown to match."""
+    out = list(args)
+    ctx = 4096
+    for flag in ("-c", "--ctx-size"):
+        if flag in out:
+            i = out.index(flag)
+            ctx = int(out[i + 1]) or 4096
+            del out[i : i + 2]
+    for flag in ("-np", "--parallel"):
+        if flag in out:
+            i = out.index(flag)
+            del out[i : i + 2]
+    return [*out, "-c", str(ctx * slots), "-np", str(slots)]
+
+
+def shown(argv: Sequence[str]) -> str:
+    """A command line as the report shows it: files by name only, the binary as llama-server."""
+    parts = ["llama-server"]
+    for a in argv:
+        p = Path(a)
+        parts.append(p.name if ("/" in a and p.suffix == ".gguf") or p.is_file() else a)
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What to bench: the server arguments with and without speculation, and its models."""
+
+    name: str
+    plain_args: tuple[str, ...]
+    spec_args: tuple[str, ...]
+    types: tuple[str, ...]
+    target: Path
+    draft: Path | None
+    k_max: int  # the largest draft the cost model must price, plus one
+
+
+def plan(
+    name: str,
+    argv: Sequence[str],
+    types: Sequence[str],
+    target: Path,
+    draft: Path | None,
+    k_max: int,
+) -> BenchPlan:
+    plain, spec = split_spec(server_args(argv))
+    return BenchPlan(name, tuple(plain), tuple(spec), tuple(types), target, draft, k_max)
 
 
 @dataclass
 class Sample:
-    tokens_per_second: float
+    """One run of a workload on one server: all clients together."""
+
     tokens: int
+    tokens_per_second: float  # Σ over clients of tokens ÷ decode time
+    wall_seconds: float
     drafted: int = 0
     accepted: int = 0
     drafts: int = 0
+    per_pos: list[float] = field(default_factory=list)
 
 
 @dataclass
-class WorkloadResult:
+class Cell:
     workload: str
+    concurrency: int
     plain: list[Sample] = field(default_factory=list)
     spec: list[Sample] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
 
 
-def expected_speedup(a: float, g: int, c: float) -> float:
-    """(1 − a^(g+1)) / ((1 − a)(g·c + 1)) for acceptance a, draft length g, cost ratio c."""
-    if a >= 1.0:
-        return (g + 1) / (g * c + 1)
-    return (1 - a ** (g + 1)) / ((1 - a) * (g * c + 1))
+def request(prompt: str, n_predict: int) -> dict:
+    """Greedy, uncached, exactly `n_predict` tokens (EOS ignored: fixed budgets)."""
+    return {
+        "prompt": prompt,
+        "n_predict": n_predict,
+        "temperature": 0.0,
+        "top_k": 1,
+        "seed": 0,
+        "cache_prompt": False,
+        "ignore_eos": True,
+        "stream": False,
+    }
 
 
-_DRAFTS = re.compile(r"^llamacpp:spec_decode_num_drafts_total\s+([0-9.e+]+)", re.M)
+def client(server: Server, w: Workload) -> tuple[int, float, int, int]:
+    """One client through every turn: (tokens, decode ms, drafted, accepted)."""
+    history, tokens, ms, drafted, accepted = "", 0, 0.0, 0, 0
+    for turn in range(len(w.turns)):
+        prompt = w.prompt(history, turn)
+        reply = server.post("/completion", request(prompt, w.n_predict))
+        t = reply.get("timings", {})
+        tokens += int(t.get("predicted_n", 0) or 0)
+        ms += float(t.get("predicted_ms", 0.0) or 0.0)
+        drafted += int(t.get("draft_n", 0) or 0)
+        accepted += int(t.get("draft_n_accepted", 0) or 0)
+        history = f"{prompt}{reply.get('content', '')}\n"
+    return tokens, ms, drafted, accepted
 
 
-def _drafts_counter(server: Server) -> float | None:
-    try:
-        text = httpx.get(server.url + "/metrics", timeout=10).text
-    except httpx.HTTPError:
-        return None
-    m = _DRAFTS.search(text)
-    return float(m.group(1)) if m else None
-
-
-def _measure(server: Server, prompt: Prompt) -> tuple[Sample, str]:
-    """One request: its sample (drafts counted from /metrics) and the generated text."""
-    before = _drafts_counter(server)
-    c = smoke.complete(server, prompt)
-    after = _drafts_counter(server)
-    drafts = int(after - before) if before is not None and after is not None else 0
-    sample = Sample(
-        c.predicted_per_second, len(c.tokens), c.draft_n or 0, c.draft_accepted or 0, drafts
+def run(server: Server, w: Workload, concurrency: int) -> Sample:
+    """`concurrency` clients run workload `w` at once; counters are read around them."""
+    before = costmodel.counters(server)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(lambda _i: client(server, w), range(concurrency)))
+    wall = time.monotonic() - t0
+    delta = costmodel.counters(server) - before
+    tps = sum(tok / (ms / 1000) for tok, ms, _, _ in results if ms > 0)
+    drafted = sum(r[2] for r in results)
+    accepted = sum(r[3] for r in results)
+    if delta.available:
+        drafted, accepted = int(delta.drafted), int(delta.accepted)
+    return Sample(
+        sum(r[0] for r in results),
+        tps,
+        wall,
+        drafted,
+        accepted,
+        int(delta.drafts),
+        delta.per_pos,
     )
-    return sample, c.text
 
 
-def _sample(server: Server, prompt: Prompt) -> Sample:
-    return _measure(server, prompt)[0]
+def _counters(samples: Sequence[Sample]) -> costmodel.SpecCounters:
+    total = costmodel.SpecCounters(available=True)
+    for s in samples:
+        total = total + costmodel.SpecCounters(
+            s.drafts, s.drafted, s.accepted, list(s.per_pos), True
+        )
+    return total
 
 
-def conversation(server: Server, turns: Sequence[str], n_predict: int) -> list[Sample]:
-    """The four-turn coding conversation: each turn carries the history and past answers."""
-    history, samples = "", []
-    for turn in turns:
-        prompt = Prompt("turn", f"{history}User: {turn}\nAssistant:", n_predict)
-        sample, text = _measure(server, prompt)
-        samples.append(sample)
-        history = f"{prompt.text}{text}\n"
-    return samples
+def _spread(samples: Sequence[Sample]) -> list[float]:
+    tps = [s.tokens_per_second for s in samples]
+    return [round(min(tps), 2), round(max(tps), 2)] if tps else [0.0, 0.0]
 
 
-def _median_tps(samples: Sequence[Sample]) -> float:
-    return statistics.median(s.tokens_per_second for s in samples) if samples else 0.0
-
-
-def summarize(w: WorkloadResult, g: int, cost_ratio: float) -> dict:
-    plain, spec = _median_tps(w.plain), _median_tps(w.spec)
-    drafted = sum(s.drafted for s in w.spec)
-    accepted = sum(s.accepted for s in w.spec)
-    drafts = sum(s.drafts for s in w.spec)
-    a = accepted / drafted if drafted else 0.0
-    expected = expected_speedup(a, g, cost_ratio)
+def summarize(
+    cell: Cell, costs: dict[int, float] | None, draft_cost: float, has_counters: bool
+) -> dict:
+    """Medians, spread, speedup, acceptance, and (one client at a time) the prediction."""
+    plain = statistics.median(s.tokens_per_second for s in cell.plain) if cell.plain else 0.0
+    spec = statistics.median(s.tokens_per_second for s in cell.spec) if cell.spec else 0.0
+    c = _counters(cell.spec)
+    tokens = sum(s.tokens for s in cell.spec)
     speedup = spec / plain if plain else 0.0
+    expected = None
+    if costs and has_counters and cell.concurrency == 1:
+        expected = costmodel.expected_speedup(tokens, c, costs, draft_cost)
+    ratio = speedup / expected if expected else None
     return {
         "plain_tps_median": round(plain, 2),
         "spec_tps_median": round(spec, 2),
-        "plain_tps_spread": [
-            round(min(s.tokens_per_second for s in w.plain), 2),
-            round(max(s.tokens_per_second for s in w.plain), 2),
-        ],
-        "spec_tps_spread": [
-            round(min(s.tokens_per_second for s in w.spec), 2),
-            round(max(s.tokens_per_second for s in w.spec), 2),
-        ],
+        "plain_tps_spread": _spread(cell.plain),
+        "spec_tps_spread": _spread(cell.spec),
         "speedup": round(speedup, 3),
-        "drafted": drafted,
-        "accepted": accepted,
-        "acceptance": round(a, 4),
-        "mean_accepted_length": round(accepted / drafts, 3) if drafts else None,
-        "expected_speedup": round(expected, 3),
-        "measured_over_expected": round(speedup / expected, 3) if expected else None,
+        "tokens": tokens,
+        "drafts": int(c.drafts),
+        "drafted": int(c.drafted),
+        "accepted": int(c.accepted),
+        "acceptance": round(c.accepted / c.drafted, 4) if c.drafted else 0.0,
+        "mean_accepted_length": round(c.accepted / c.drafts, 3) if c.drafts else None,
+        "acceptance_by_position": costmodel.acceptance_by_position(c),
+        "accepted_length_histogram": costmodel.accepted_length_histogram(c),
+        "expected_speedup": round(expected, 3) if expected else None,
+        "measured_over_expected": round(ratio, 3) if ratio else None,
+        "where_the_rest_goes": costmodel.where_the_rest_goes(ratio)
+        if cell.concurrency == 1
+        else "Several slots batch their steps together; the single-client cost model does "
+        "not apply.",
     }
+
+
+def _model_bytes(path: Path) -> int:
+    """A GGUF's size, all parts of a split file together."""
+    name = path.name
+    if "-00001-of-" in name:
+        stem = name.split("-00001-of-")[0]
+        return sum(p.stat().st_size for p in path.parent.glob(f"{stem}-*-of-*.gguf"))
+    return path.stat().st_size
 
 
 def bench(
     artifact: Artifact,
-    dialect: str,
-    target: Path,
-    settings: dialects.SpecSettings,
-    recipe: str,
+    p: BenchPlan,
+    workloads: Sequence[Workload],
     out_dir: Path,
     console: Console,
+    *,
+    concurrency: Sequence[int] = (1, 4),
     repetitions: int = 3,
+    cost_model: bool = True,
+    extra_args: Sequence[str] = ("--metrics",),
+    write_report: bool = True,
+    stem: str | None = None,
 ) -> dict:
-    """Run every workload `repetitions` times with and without speculation; write reports."""
-    spec_argv = dialects.spec_args(dialect, settings)
-    base = [*smoke.base_args(target), "--metrics"]
-    workloads = ("code-rewrite", "prose", "conversation")
-    results = {w: WorkloadResult(w) for w in workloads}
-    steps = 2 * repetitions * len(workloads) + 1
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("bench", total=steps)
-        # draft/target cost ratio: tokens/s of the draft model alone vs the target alone
-        cost_ratio = 1.0
-        for mode, extra in (("plain", []), ("spec", spec_argv)):
-            with running(
-                artifact.server,
-                [*base, *extra],
-                out_dir / f"bench-{recipe}-{artifact.id}-logs" / f"{mode}.log",
-            ) as srv:
-                if mode == "plain" and settings.draft_model and settings.draft_model != target:
-                    with running(
-                        artifact.server,
-                        [*smoke.base_args(settings.draft_model)],
-                        out_dir / f"bench-{recipe}-{artifact.id}-logs" / "draft-alone.log",
-                    ) as dsrv:
-                        d = _sample(dsrv, PROSE)
-                        t = _sample(srv, PROSE)
-                        cost_ratio = t.tokens_per_second / d.tokens_per_second
-                bar.advance(task)
-                for _ in range(repetitions):
+    """Run every workload `repetitions` times per concurrency, plain and speculative."""
+    logs = out_dir / f"bench-{p.name}-{artifact.id}-logs"
+    has_ngram_only = all(t.startswith("ngram") for t in p.types)
+    levels = sorted(set(concurrency))
+    steps = len(levels) * repetitions * len(workloads) * 2
+    cost_steps = len(costmodel.batch_points(p.k_max)) if cost_model else 0
+    costs: costmodel.BatchCosts | None = None
+    draft_cost = 0.0
+    cells = {(w.name, c): Cell(w.name, c) for c in levels for w in workloads}
+    commands: dict[str, str] = {}
+    has_counters = False
+    started = time.monotonic()
+    with progress(console) as bar:
+        task = bar.add_task("bench", total=steps + cost_steps)
+        for c in levels:
+            plain_args = [*with_slots(p.plain_args, c), *extra_args]
+            spec_args = [*with_slots(p.plain_args, c), *p.spec_args, *extra_args]
+            commands[f"plain, {c} slot(s)"] = shown(plain_args)
+            commands[f"speculative, {c} slot(s)"] = shown(spec_args)
+            with (
+                running(artifact.server, plain_args, logs / f"plain-np{c}.log") as plain_srv,
+                running(artifact.server, spec_args, logs / f"spec-np{c}.log") as spec_srv,
+            ):
+                if c == 1 and cost_model:
+                    bar.update(task, description="cost model: target batch timings")
+                    costs = costmodel.measure_batches(
+                        plain_srv,
+                        _COST_PREFIX,
+                        _COST_EXTRA,
+                        p.k_max,
+                        progress=lambda: bar.advance(task),
+                    )
+                    draft_cost = _draft_cost(artifact, p, plain_srv, logs, has_ngram_only)
+                for rep in range(repetitions):
                     for w in workloads:
-                        bar.update(task, description=f"bench {mode} {w}")
-                        if w == "conversation":
-                            samples = conversation(srv, verify.CHAT_TURNS, 96)
-                            tps = statistics.fmean(s.tokens_per_second for s in samples)
-                            agg = Sample(
-                                tps,
-                                sum(s.tokens for s in samples),
-                                sum(s.drafted for s in samples),
-                                sum(s.accepted for s in samples),
-                                sum(s.drafts for s in samples),
-                            )
-                        else:
-                            agg = _sample(srv, CODE_REWRITE if w == "code-rewrite" else PROSE)
-                        getattr(results[w], mode).append(agg)
-                        bar.advance(task)
-    for w in results.values():
-        w.summary = summarize(w, settings.n_max, cost_ratio)
+                        for mode, srv in (("plain", plain_srv), ("spec", spec_srv)):
+                            bar.update(task, description=f"{w.name} ×{c} {mode} ({rep + 1})")
+                            sample = run(srv, w, c)
+                            getattr(cells[(w.name, c)], mode).append(sample)
+                            bar.advance(task)
+                has_counters = has_counters or costmodel.counters(spec_srv).available
+    for cell in cells.values():
+        cell.summary = summarize(cell, costs.batch_ms if costs else None, draft_cost, has_counters)
+    bandwidth = costmodel.memory_bandwidth() if cost_model else 0.0
+    model_bytes = _model_bytes(p.target)
     report = {
-        "recipe": recipe,
+        "recipe": p.name,
         "artifact_id": artifact.id,
-        # file arguments by name only: reports are shared, this machine's paths are not
-        "spec_args": [Path(a).name if Path(a).is_file() else a for a in spec_argv],
-        "draft_length": settings.n_max,
-        "cost_ratio": round(cost_ratio, 3),
+        "engine": artifact.manifest.get("engine"),
+        "commit": artifact.manifest.get("commit"),
+        "backend": artifact.manifest.get("backend"),
+        "machine": costmodel.machine(),
+        "date": dt.date.today().isoformat(),
+        "types": list(p.types),
+        "spec_args": [shown([a])[len("llama-server ") :] for a in p.spec_args],
+        "commands": commands,
+        "models": {"target": p.target.name, "draft": p.draft.name if p.draft else None},
         "repetitions": repetitions,
-        "workloads": [asdict(w) for w in results.values()],
+        "concurrency": levels,
+        "workloads": [asdict(cell) for cell in cells.values()],
+        "cost_model": costmodel.summary(costs, draft_cost, bandwidth, model_bytes)
+        if costs
+        else None,
+        "wall_seconds": round(time.monotonic() - started, 1),
     }
-    write(report, out_dir, console)
+    if write_report:
+        write(report, out_dir, console, stem)
     return report
 
 
-def write(report: dict, out_dir: Path, console: Console) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"bench-{report['recipe']}-{report['artifact_id']}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    head = (
-        "workload",
-        "tok/s plain",
-        "tok/s spec",
-        "speedup",
-        "drafted",
-        "accepted",
-        "acceptance",
-        "mean acc. len",
-        "expected",
-        "measured/expected",
+def _draft_cost(
+    artifact: Artifact, p: BenchPlan, target_srv: Server, logs: Path, ngram_only: bool
+) -> float:
+    """The draft model's decode time per token ÷ the target's (0 without a draft model)."""
+    if ngram_only or p.draft is None:
+        return 0.0
+    if p.draft.resolve() == p.target.resolve():
+        return 1.0
+    prompt = _COST_PREFIX
+    target_ms = costmodel.decode_ms_per_token(target_srv, prompt)
+    with running(artifact.server, ["-m", str(p.draft), "-c", "2048"], logs / "draft.log") as d:
+        draft_ms = costmodel.decode_ms_per_token(d, prompt)
+    return draft_ms / target_ms if target_ms else 0.0
+
+
+def progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     )
-    rows = []
+
+
+HEAD = (
+    "workload",
+    "clients",
+    "tok/s plain",
+    "tok/s spec",
+    "speedup",
+    "drafted",
+    "accepted",
+    "acc. per draft",
+    "expected",
+    "measured/expected",
+)
+
+
+def rows(report: dict) -> list[tuple[str, ...]]:
+    out = []
     for w in report["workloads"]:
         s = w["summary"]
-        rows.append(
+        pspread, sspread = s["plain_tps_spread"], s["spec_tps_spread"]
+        out.append(
             (
                 w["workload"],
-                f"{s['plain_tps_median']:.1f}",
-                f"{s['spec_tps_median']:.1f}",
+                str(w["concurrency"]),
+                f"{s['plain_tps_median']:.1f} ({pspread[0]:.0f}–{pspread[1]:.0f})",
+                f"{s['spec_tps_median']:.1f} ({sspread[0]:.0f}–{sspread[1]:.0f})",
                 f"{s['speedup']:.2f}×",
                 str(s["drafted"]),
                 str(s["accepted"]),
-                f"{s['acceptance']:.0%}",
-                str(s["mean_accepted_length"]),
-                f"{s['expected_speedup']:.2f}×",
-                str(s["measured_over_expected"]),
+                "—" if s["mean_accepted_length"] is None else f"{s['mean_accepted_length']:.2f}",
+                "—" if s["expected_speedup"] is None else f"{s['expected_speedup']:.2f}×",
+                "—"
+                if s["measured_over_expected"] is None
+                else f"{s['measured_over_expected']:.2f}",
             )
         )
+    return out
+
+
+def markdown(report: dict) -> str:
+    m = report["machine"]
     md = [
         f"# Bench: {report['recipe']} on {report['artifact_id']}",
         "",
-        f"Speculation: `{' '.join(report['spec_args'])}`; draft length {report['draft_length']}, "
-        f"draft/target cost ratio {report['cost_ratio']}; medians of "
-        f"{report['repetitions']} repetitions.",
+        f"- machine: {m['description']}",
+        f"- engine: {report['engine']} {report['commit']} ({report['backend']}), artifact "
+        f"`{report['artifact_id']}`, {report['date']}",
+        f"- speculation: `{' '.join(report['spec_args'])}` ({', '.join(report['types'])})",
+        f"- models: {report['models']['target']}"
+        + (f", draft {report['models']['draft']}" if report["models"]["draft"] else ""),
+        f"- medians of {report['repetitions']} repetitions (spread: min–max); tokens/s is "
+        "decode speed summed over clients; exact token budgets (EOS ignored), greedy",
         "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
+        "Commands (same binary, run side by side):",
+        "",
     ]
-    md += ["| " + " | ".join(r) + " |" for r in rows]
-    stem.with_suffix(".md").write_text("\n".join(md) + "\n")
-    _plot(report, stem.with_suffix(".png"))
+    md += [f"- {what}: `{cmd}`" for what, cmd in report["commands"].items()]
+    md += ["", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    md += ["| " + " | ".join(r) + " |" for r in rows(report)]
+    cm = report.get("cost_model")
+    if cm:
+        md += [
+            "",
+            "## Cost model (measured on this machine)",
+            "",
+            f"- target batch of k tokens ÷ one (T(k)/T(1), prompt path after a cached "
+            f"{cm['prefix_tokens']}-token prefix): "
+            + ", ".join(f"k={k}: {v}" for k, v in cm["batch_ratio"].items()),
+            f"- one decoded token: {cm['decode_ms_per_token']} ms; draft cost per token ÷ "
+            f"target decode: {cm['draft_cost_ratio']}",
+            f"- memory bandwidth (numpy copy): {cm['memory_bandwidth_gb_s']} GB/s; target "
+            f"{cm['model_bytes'] / 1e6:.0f} MB → plain-decoding limit "
+            f"{cm['plain_decode_limit_tps']} tok/s",
+            "",
+            "| workload | acceptance by draft position | accepted-length histogram | "
+            "where the rest goes |",
+            "|---|---|---|---|",
+        ]
+        for w in report["workloads"]:
+            if w["concurrency"] != 1:
+                continue
+            s = w["summary"]
+            pos = ", ".join(f"{x:.2f}" for x in s["acceptance_by_position"][:12]) or "—"
+            hist = ", ".join(map(str, s["accepted_length_histogram"][:17])) or "—"
+            md.append(f"| {w['workload']} | {pos} | {hist} | {s['where_the_rest_goes']} |")
+    return "\n".join(md) + "\n"
+
+
+def write(report: dict, out_dir: Path, console: Console, stem_name: str | None = None) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / (stem_name or f"bench-{report['recipe']}-{report['artifact_id']}")
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(markdown(report))
+    plotted = plot(report, stem.with_suffix(".png"))
     table = Table(title=f"bench: {report['recipe']} ({report['artifact_id']})")
-    for h in head:
+    for h in HEAD:
         table.add_column(h)
-    for r in rows:
+    for r in rows(report):
         table.add_row(*r)
     console.print(table)
-    console.print(f"bench: wrote {stem}.json, .md and .png")
+    for what, cmd in report["commands"].items():
+        console.print(f"bench: {what}: {cmd}")
+    made = ".json, .md and .png" if plotted else ".json and .md (no matplotlib: no plot)"
+    console.print(f"bench: wrote {stem}{made}")
     return stem
 
 
-def _plot(report: dict, path: Path) -> None:
-    import matplotlib
-
+def plot(report: dict, path: Path) -> bool:
+    """Speedup per workload (measured and expected) and the accepted-length histogram."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [w["workload"] for w in report["workloads"]]
-    speedups = [w["summary"]["speedup"] for w in report["workloads"]]
-    expected = [w["summary"]["expected_speedup"] for w in report["workloads"]]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    xs = range(len(names))
-    ax.bar([x - 0.2 for x in xs], speedups, width=0.4, label="measured")
-    ax.bar([x + 0.2 for x in xs], expected, width=0.4, label="expected", alpha=0.6)
+    fig, (ax, hx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
+    names = sorted({w["workload"] for w in report["workloads"]}, key=_order(report))
+    levels = report["concurrency"]
+    width = 0.8 / (len(levels) + 1)
+    xs = list(range(len(names)))
+    by = {(w["workload"], w["concurrency"]): w["summary"] for w in report["workloads"]}
+    for i, c in enumerate(levels):
+        ax.bar(
+            [x + i * width for x in xs],
+            [by[(n, c)]["speedup"] for n in names],
+            width=width,
+            label=f"measured, {c} client{'s' if c > 1 else ''}",
+        )
+    expected = [by.get((n, 1), {}).get("expected_speedup") or 0 for n in names]
+    if any(expected):
+        ax.bar(
+            [x + len(levels) * width for x in xs],
+            expected,
+            width=width,
+            label="expected (cost model, 1 client)",
+            alpha=0.5,
+        )
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(list(xs), names)
+    ax.set_xticks([x + width * len(levels) / 2 for x in xs], names, rotation=30, ha="right")
     ax.set_ylabel("speedup (spec ÷ plain tok/s)")
-    ax.set_title(f"{report['recipe']} — {report['artifact_id']}")
-    ax.legend()
+    ax.legend(fontsize=8)
+    hist: list[int] = []
+    for w in report["workloads"]:
+        if w["concurrency"] == min(levels):
+            for j, n in enumerate(w["summary"]["accepted_length_histogram"]):
+                hist += [0] * (j + 1 - len(hist))
+                hist[j] += n
+    hx.bar(range(len(hist)), hist)
+    hx.set_xlabel("draft tokens accepted in a step")
+    hx.set_ylabel("steps (all workloads)")
+    hx.set_title("accepted-length histogram")
+    fig.suptitle(
+        f"{report['recipe']} — {report['artifact_id']} ({report['engine']} "
+        f"{(report['commit'] or '')[:12]}) — {report['machine']['description']}",
+        fontsize=9,
+    )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
+
+
+def _order(report: dict) -> Callable[[str], int]:
+    seen: list[str] = []
+    for w in report["workloads"]:
+        if w["workload"] not in seen:
+            seen.append(w["workload"])
+    return seen.index

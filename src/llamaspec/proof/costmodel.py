@@ -1,0 +1,321 @@
+"""What speculation should gain here, from costs measured on this machine.
+
+One speculative step drafts g tokens (draft cost c each, relative to one target decode;
+0 for n-gram lookups), then the target checks them in one batch of g + 1 tokens, costing
+r(g + 1) target decodes, and emits the accepted tokens plus one. Steps with no draft are
+plain decodes. Counting a workload's own steps, drafted and accepted tokens (the server's
+`/metrics` counters), the expected speedup is
+
+    tokens / (plain steps + Σ r(g + 1) over speculative steps + c · drafted tokens)
+
+and measured ÷ expected says how much of that survived the rest of the server's work.
+The hardware's plain-decoding limit is model bytes read per token ÷ memory bandwidth.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import platform
+import re
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import httpx
+
+from llamaspec.proof.client import Server
+
+# Batch sizes the target is timed at (k ≤ the largest asked for); others are interpolated.
+BATCH_POINTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 65)
+
+
+def closed_form(a: float, g: int, c: float) -> float:
+    """(1 − a^(g+1)) / ((1 − a)(g·c + 1)): acceptance a per token, draft length g, cost c."""
+    if a >= 1.0:
+        return (g + 1) / (g * c + 1)
+    return (1 - a ** (g + 1)) / ((1 - a) * (g * c + 1))
+
+
+def batch_points(k_max: int) -> list[int]:
+    """The batch sizes to time for drafts up to k_max − 1 tokens: 1 … k_max, thinned out."""
+    points = [k for k in BATCH_POINTS if k <= k_max]
+    if k_max not in points:
+        points.append(k_max)
+    return points
+
+
+def ratio(costs: Mapping[int, float], k: float) -> float:
+    """r(k) = T(k) / T(1), linear between measured batch sizes, flat-slope beyond them."""
+    if 1 not in costs or costs[1] <= 0:
+        raise ValueError("the batch costs need T(1)")
+    ks = sorted(costs)
+    ts = [costs[x] / costs[1] for x in ks]
+    if k <= ks[0]:
+        return ts[0]
+    if k >= ks[-1]:
+        if len(ks) == 1:
+            return ts[0] * k / ks[0]
+        slope = (ts[-1] - ts[-2]) / (ks[-1] - ks[-2])
+        return ts[-1] + slope * (k - ks[-1])
+    i = bisect.bisect_left(ks, k)
+    lo, hi = ks[i - 1], ks[i]
+    return ts[i - 1] + (ts[i] - ts[i - 1]) * (k - lo) / (hi - lo)
+
+
+@dataclass
+class SpecCounters:
+    """The server's speculative counters (`/metrics`), or their difference over a run."""
+
+    drafts: float = 0.0  # verification steps that had a draft
+    drafted: float = 0.0
+    accepted: float = 0.0
+    per_pos: list[float] = field(default_factory=list)  # steps accepting ≥ i+1 tokens
+    available: bool = False
+
+    def __sub__(self, other: SpecCounters) -> SpecCounters:
+        n = max(len(self.per_pos), len(other.per_pos))
+        mine = self.per_pos + [0.0] * (n - len(self.per_pos))
+        theirs = other.per_pos + [0.0] * (n - len(other.per_pos))
+        return SpecCounters(
+            self.drafts - other.drafts,
+            self.drafted - other.drafted,
+            self.accepted - other.accepted,
+            [a - b for a, b in zip(mine, theirs, strict=True)],
+            self.available and other.available,
+        )
+
+    def __add__(self, other: SpecCounters) -> SpecCounters:
+        n = max(len(self.per_pos), len(other.per_pos))
+        mine = self.per_pos + [0.0] * (n - len(self.per_pos))
+        theirs = other.per_pos + [0.0] * (n - len(other.per_pos))
+        return SpecCounters(
+            self.drafts + other.drafts,
+            self.drafted + other.drafted,
+            self.accepted + other.accepted,
+            [a + b for a, b in zip(mine, theirs, strict=True)],
+            self.available or other.available,
+        )
+
+
+_COUNTER = re.compile(
+    r"^llamacpp:spec_decode_num_(drafts|draft_tokens|accepted_tokens)_total\s+(\S+)", re.M
+)
+_PER_POS = re.compile(
+    r'^llamacpp:spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\}\s+(\S+)', re.M
+)
+_NAMES = {"drafts": "drafts", "draft_tokens": "drafted", "accepted_tokens": "accepted"}
+
+
+def parse_metrics(text: str) -> SpecCounters:
+    """The `llamacpp:spec_decode_*` counters from a Prometheus `/metrics` page."""
+    found = {_NAMES[name]: float(value) for name, value in _COUNTER.findall(text)}
+    per_pos: dict[int, float] = {int(i): float(v) for i, v in _PER_POS.findall(text)}
+    positions = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)] if per_pos else []
+    return SpecCounters(
+        found.get("drafts", 0.0),
+        found.get("drafted", 0.0),
+        found.get("accepted", 0.0),
+        positions,
+        available="drafts" in found,
+    )
+
+
+def counters(server: Server) -> SpecCounters:
+    try:
+        reply = httpx.get(server.url + "/metrics", timeout=10)
+    except httpx.HTTPError:
+        return SpecCounters()
+    return parse_metrics(reply.text) if reply.status_code == 200 else SpecCounters()
+
+
+def acceptance_by_position(c: SpecCounters) -> list[float]:
+    """P(the draft's token i is accepted) per position, over steps that had a draft."""
+    return [round(n / c.drafts, 4) for n in c.per_pos] if c.drafts else []
+
+
+def accepted_length_histogram(c: SpecCounters) -> list[int]:
+    """How many speculative steps accepted exactly 0, 1, 2, … drafted tokens."""
+    if not c.drafts or not c.per_pos:
+        return []
+    at_least = [c.drafts, *c.per_pos]
+    hist = [at_least[j] - at_least[j + 1] for j in range(len(c.per_pos))] + [c.per_pos[-1]]
+    return [max(0, round(h)) for h in hist]
+
+
+def expected_speedup(
+    tokens: float, c: SpecCounters, costs: Mapping[int, float], draft_cost: float
+) -> float | None:
+    """Speedup the measured costs predict for a run that emitted `tokens` with counters `c`."""
+    if tokens <= 0 or 1 not in costs:
+        return None
+    if not c.drafts:
+        return 1.0
+    g = c.drafted / c.drafts
+    plain_steps = max(tokens - c.accepted - c.drafts, 0.0)
+    time_units = plain_steps + c.drafts * ratio(costs, g + 1) + draft_cost * c.drafted
+    return tokens / time_units if time_units > 0 else None
+
+
+def where_the_rest_goes(measured_over_expected: float | None) -> str:
+    """One sentence on the gap between the measured and the predicted speedup."""
+    if measured_over_expected is None:
+        return "No prediction: the server exposed no speculative counters for this run."
+    if measured_over_expected >= 1.1:
+        return (
+            "Measured beats expected: the batch costs come from prompt batches, which are "
+            "timed under different thread scheduling than decode steps, and a plain decode step "
+            "pays per-token sampling and bookkeeping that a batch shares."
+        )
+    if measured_over_expected >= 0.9:
+        return "Measured and expected agree within 10%."
+    return (
+        "The rest goes to work the model leaves out: finding or drafting each draft, "
+        "sampling and checking every drafted position (a timed prompt batch computes logits "
+        "for its last token only), and the server's per-step bookkeeping."
+    )
+
+
+@dataclass
+class BatchCosts:
+    """The target's time for a batch of k new tokens (prompt path), and one decoded token."""
+
+    batch_ms: dict[int, float]
+    decode_ms: float
+    prefix_tokens: int
+
+    def ratios(self) -> dict[int, float]:
+        return {k: round(ratio(self.batch_ms, k), 3) for k in sorted(self.batch_ms)}
+
+
+def _post(server: Server, payload: dict) -> dict:
+    return server.post("/completion", payload)
+
+
+def measure_batches(
+    server: Server,
+    prefix_text: str,
+    extra_text: str,
+    k_max: int,
+    repeats: int = 3,
+    progress: Callable[[], None] = lambda: None,
+) -> BatchCosts:
+    """Time the target on prefix + k new tokens (k = 1 … k_max) with the prefix cached.
+
+    Each measurement first sends the prefix alone (the slot's cache is cut back to it),
+    then prefix + k tokens; `timings.prompt_ms` over `prompt_n` new tokens is T(k)."""
+    prefix = server.post("/tokenize", {"content": prefix_text, "add_special": True}).get(
+        "tokens", []
+    )
+    extra = server.post("/tokenize", {"content": extra_text, "add_special": False}).get(
+        "tokens", []
+    )
+    while len(extra) < k_max:
+        extra = extra + extra
+    base = {"temperature": 0.0, "top_k": 1, "seed": 0, "cache_prompt": True, "stream": False}
+    samples: dict[int, list[float]] = {}
+    decode: list[float] = []
+    for k in batch_points(k_max):
+        for _ in range(repeats):
+            warm = _post(server, {**base, "prompt": prefix, "n_predict": 8, "ignore_eos": True})
+            t = warm.get("timings", {})
+            if t.get("predicted_n"):
+                decode.append(float(t["predicted_ms"]) / float(t["predicted_n"]))
+            reply = _post(server, {**base, "prompt": prefix + extra[:k], "n_predict": 1})
+            t = reply.get("timings", {})
+            n = int(t.get("prompt_n", 0) or 0)
+            if n >= 1:
+                samples.setdefault(n, []).append(float(t["prompt_ms"]))
+        progress()
+    batch_ms = {n: statistics.median(v) for n, v in samples.items()}
+    return BatchCosts(batch_ms, statistics.median(decode) if decode else 0.0, len(prefix))
+
+
+def decode_ms_per_token(server: Server, prompt: str, n_predict: int = 48) -> float:
+    """One plain greedy decode's milliseconds per generated token."""
+    reply = _post(
+        server,
+        {
+            "prompt": prompt,
+            "n_predict": n_predict,
+            "temperature": 0.0,
+            "top_k": 1,
+            "cache_prompt": False,
+            "ignore_eos": True,
+        },
+    )
+    t = reply.get("timings", {})
+    return float(t.get("predicted_ms", 0.0)) / max(1.0, float(t.get("predicted_n", 0) or 0))
+
+
+def memory_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+    """Bytes per second one copy of a large array moves (read + write), best of `repeats`."""
+    import numpy as np
+
+    src = np.ones(megabytes << 20, dtype=np.uint8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * src.nbytes / best
+
+
+def decode_limit(model_bytes: int, bandwidth: float) -> float:
+    """Tokens/s if every weight is read once per token at `bandwidth` bytes/s."""
+    return bandwidth / model_bytes if model_bytes > 0 else 0.0
+
+
+def machine() -> dict:
+    """CPU model and core count (/proc/cpuinfo), and the GPUs nvidia-smi reports."""
+    cpu, cores = platform.processor() or platform.machine(), os.cpu_count() or 0
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8").read()  # noqa: SIM115
+        names = re.findall(r"^model name\s*:\s*(.+)$", text, re.M)
+        cpu = names[0].strip() if names else cpu
+        cores = len(re.findall(r"^processor\s*:", text, re.M)) or cores
+    except OSError:
+        pass
+    gpus: list[str] = []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+        if out.returncode == 0:
+            gpus = [
+                ", driver ".join(p.strip() for p in ln.split(","))
+                for ln in out.stdout.splitlines()
+                if ln.strip()
+            ]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    desc = f"{cpu}, {cores} cores" + (f"; GPU: {'; '.join(gpus)}" if gpus else "; no GPU")
+    return {"cpu": cpu, "cores": cores, "gpus": gpus, "description": desc}
+
+
+def summary(costs: BatchCosts, draft_cost: float, bandwidth: float, model_bytes: int) -> dict:
+    return {
+        "batch_ms": {str(k): round(v, 3) for k, v in sorted(costs.batch_ms.items())},
+        "batch_ratio": {str(k): v for k, v in costs.ratios().items()},
+        "decode_ms_per_token": round(costs.decode_ms, 3),
+        "prefix_tokens": costs.prefix_tokens,
+        "draft_cost_ratio": round(draft_cost, 4),
+        "memory_bandwidth_gb_s": round(bandwidth / 1e9, 2),
+        "model_bytes": model_bytes,
+        "plain_decode_limit_tps": round(decode_limit(model_bytes, bandwidth), 1),
+    }
+
+
+def as_dict(c: SpecCounters) -> dict:
+    return asdict(c)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else 0.0

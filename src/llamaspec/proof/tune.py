@@ -1,0 +1,637 @@
+"""`llamaspec tune`: sweep the speculative settings a build supports, keep the fastest.
+
+Candidates are recipe variants: each spec type the binary offers (a draft model where the
+pair has one, every n-gram type, stacked draft + n-gram where the dialect stacks, MTP
+where the model has heads), first at its defaults, then with its knobs moved (draft
+length, minimum draft, p-min, n-gram sizes). Each candidate must first pass verify's fast
+equivalence check (greedy output identical with and without it), then runs the workload
+mix once; the score is the geometric mean of its speedups over the plain server, measured
+in the same run. A state file beside the report keeps finished candidates, so an
+interrupted run resumes where it stopped. The winner is written as a recipe whose
+`measured:` says where, on what and when it was measured.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from llamaspec import config
+from llamaspec import lock as lockfile
+from llamaspec.engine.build import Artifact
+from llamaspec.errors import LlamaspecError, choose, did_you_mean
+from llamaspec.models import catalog, dialects, recipes
+from llamaspec.paths import project_root
+from llamaspec.proof import bench, costmodel, workloads
+from llamaspec.proof.client import running
+
+# Knob values swept per spec type, in the order tried (defaults first).
+DRAFT_N_MAX = (8, 4, 16)
+DRAFT_P_MIN = (0.0, 0.5, 0.75)
+MTP_N_MAX = (1, 2, 3)
+NGRAM_MOD = ((8, 4, 16), (16, 8, 32), (24, 16, 64), (4, 2, 16), (12, 4, 48))  # match, min, max
+NGRAM_MAP = ((12, 48), (6, 16), (4, 24), (8, 32), (3, 8))  # size-n, size-m
+AS_WRITTEN = "the recipe as written"
+# Seconds a candidate costs beyond its workload run: a server start and the fast check.
+CANDIDATE_OVERHEAD_S = 20.0
+
+
+# ---------------------------------------------------------------- recipes and models
+
+
+def recipe_models(name: str, console: Console) -> tuple[config.Recipe, Path, Path | None]:
+    """A catalog recipe and its pair's files on disk (verified by `models pull`).
+
+    Only the embedded pair is fetched here; other pairs must be pulled first."""
+    root = project_root()
+    models = config.load_models(root)
+    all_recipes = config.load_recipes(root, models)
+    recipe = all_recipes[choose("recipe", name, all_recipes)]
+    pair = models.pairs[recipe.pair]
+    handles = [h for h in (pair.target, pair.draft) if h is not None]
+    locked = lockfile.load(root)["models"]
+    missing = [
+        h
+        for h in handles
+        if models.models[h].source != "embedded"
+        and catalog.local_path(models.models[h], locked.get(h)) is None
+    ]
+    if missing:
+        raise LlamaspecError(
+            f"Recipe {recipe.name!r} needs pair {recipe.pair!r}, whose model(s) "
+            f"{', '.join(missing)} are not downloaded. `llamaspec models pull {recipe.pair}` "
+            "fetches and verifies them; bench and tune download only the embedded pair "
+            "themselves."
+        )
+    files = catalog.pull(models, recipe.pair, root, console)
+    return recipe, files.target, files.draft
+
+
+def adhoc_recipe(
+    target: Path, draft: Path | None, types: Sequence[str], n_max: int | None
+) -> config.Recipe:
+    """A recipe for `--target FILE [--draft FILE] --spec TYPE…`."""
+    for path, what in ((target, "--target"), (draft, "--draft")):
+        if path is not None and not Path(path).is_file():
+            raise LlamaspecError(
+                f"{what} {path} is not a file. Give the path of a GGUF model on this machine "
+                "(`llamaspec models pull PAIR` prints where pulled models are)."
+            )
+    if not types:
+        raise LlamaspecError(
+            "An ad-hoc bench needs --spec TYPE (repeatable to stack), e.g. --spec ngram-mod, "
+            f"or --spec draft with --draft FILE. Spec types: {', '.join(config.SPEC_TYPES)}."
+        )
+    for t in types:
+        if t not in config.SPEC_TYPES:
+            raise LlamaspecError(
+                f"Unknown spec type {t!r}.{did_you_mean(t, config.SPEC_TYPES)} Spec types: "
+                f"{', '.join(config.SPEC_TYPES)}."
+            )
+    if draft is None and any(t in dialects.MODEL_TYPES for t in types):
+        raise LlamaspecError(
+            f"--spec {'/'.join(t for t in types if t in dialects.MODEL_TYPES)} drafts with a "
+            "draft model: add --draft FILE, or pick a draft-free type such as ngram-mod."
+        )
+    spec: dict[str, Any] = {"types": list(dict.fromkeys(types))}
+    if n_max:
+        spec["draft_n_max"] = n_max
+    stem = re.sub(r"[^a-z0-9._-]+", "-", Path(target).stem.lower()).strip("-.") or "model"
+    return config.parse(
+        config.Recipe,
+        {
+            "name": f"adhoc-{stem}"[:60],
+            "pair": "adhoc",
+            "description": f"ad-hoc: {Path(target).name}, {', '.join(types)}",
+            "spec": spec,
+            "server": {"ctx": 4096, "parallel": 1},
+        },
+        "the ad-hoc bench settings",
+    )
+
+
+def supported_types(dialect: str, help_text: str) -> set[str]:
+    """The spec types this binary offers: its dialect's, minus those its --help lacks."""
+    d = dialects.find_dialect(dialect)
+    choices = dialects.spec_type_choices(help_text)
+    out = set()
+    for t in d.types:
+        listed = choices is None or d.type_names.get(t) in choices
+        if t in d.by_model or t in d.switches or listed:
+            out.add(t)
+    return out
+
+
+def recipe_plan(
+    artifact: Artifact,
+    recipe: config.Recipe,
+    target: Path,
+    draft: Path | None,
+    console: Console,
+    *,
+    dialect: str | None = None,
+    help_text: str | None = None,
+) -> bench.BenchPlan:
+    """Render `recipe` for this artifact, check it against the binary's --help, and split
+    it into the plain and speculative server arguments."""
+    m = artifact.manifest
+    engine = m["engine"]
+    dialect = dialect or dialects.dialect_for(artifact, console.print)
+    help_text = help_text if help_text is not None else dialects.server_help(artifact.server)
+    offered = supported_types(dialect, help_text)
+    lacking = [t for t in recipe.for_engine(engine).spec.types if t not in offered]
+    if lacking:
+        raise LlamaspecError(
+            f"Recipe {recipe.name!r} uses spec type {', '.join(lacking)}, which this build "
+            f"({artifact.id}, {engine} {str(m.get('commit') or 'local')[:12]}) lacks; it has "
+            f"{', '.join(sorted(offered)) or 'none'}. Pick a recipe with one of those, or "
+            "build a pin that has it."
+        )
+    cmd = recipes.render(
+        recipe,
+        engine,
+        dialect,
+        target,
+        draft,
+        server=str(artifact.server),
+        backend=m.get("backend", "cpu"),
+        variants=m.get("variants") or [],
+        pin=m.get("commit"),
+    )
+    dialects.check_against_help(cmd, help_text, f"{artifact.id}/llama-server")
+    spec = recipe.for_engine(engine).spec
+    k_max = max(spec.draft_n_max, spec.ngram_mod_n_max or 0, _extra_size_m(cmd.argv), 16) + 1
+    return bench.plan(recipe.name, cmd.argv, spec.types, Path(target), draft, min(k_max, 65))
+
+
+def _extra_size_m(argv: Sequence[str]) -> int:
+    sizes = [int(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a.endswith("-size-m")]
+    return max(sizes, default=0)
+
+
+# ---------------------------------------------------------------- candidates
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A variant of the recipe: spec settings to set, and extra server flags."""
+
+    label: str
+    spec: Mapping[str, Any]
+    extra: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return json.dumps({"spec": dict(self.spec), "extra": list(self.extra)}, sort_keys=True)
+
+
+def candidates(
+    offered: Iterable[str],
+    *,
+    has_draft: bool,
+    has_mtp: bool,
+    stacks: bool,
+    help_flags: set[str],
+) -> list[Candidate]:
+    """Every candidate, most promising first: each type at its defaults, then its knobs."""
+    offered = set(offered)
+    first: list[Candidate] = []
+    later: list[Candidate] = []
+    ngram_map = [t for t in ("ngram-map-k", "ngram-simple", "ngram-map-k4v") if t in offered]
+    if "ngram-mod" in offered:
+        for i, (match, lo, hi) in enumerate(NGRAM_MOD):
+            c = Candidate(
+                f"ngram-mod match {match}, {lo}–{hi}",
+                {
+                    "types": ["ngram-mod"],
+                    "ngram_mod_n_match": match,
+                    "ngram_mod_n_min": lo,
+                    "ngram_mod_n_max": hi,
+                },
+            )
+            (first if i == 0 else later).append(c)
+    for t in ngram_map:
+        flag_n, flag_m = f"--spec-{t}-size-n", f"--spec-{t}-size-m"
+        knobs = flag_n in help_flags and flag_m in help_flags
+        for i, (n, m) in enumerate(NGRAM_MAP if knobs else NGRAM_MAP[:1]):
+            extra = (flag_n, str(n), flag_m, str(m)) if knobs and i > 0 else ()
+            label = f"{t} n {n}, m {m}" if knobs else t
+            (first if i == 0 else later).append(Candidate(label, {"types": [t]}, extra))
+    if has_draft and "draft" in offered:
+        for i, (n_max, p_min) in enumerate((n, p) for n in DRAFT_N_MAX for p in DRAFT_P_MIN):
+            c = Candidate(
+                f"draft n_max {n_max}, p_min {p_min}",
+                {"types": ["draft"], "draft_n_max": n_max, "draft_n_min": 0, "draft_p_min": p_min},
+            )
+            (first if i == 0 else later).append(c)
+        if stacks and "ngram-mod" in offered:
+            match, lo, hi = NGRAM_MOD[0]
+            later.append(
+                Candidate(
+                    "draft n_max 8 + ngram-mod",
+                    {
+                        "types": ["draft", "ngram-mod"],
+                        "draft_n_max": 8,
+                        "draft_p_min": 0.5,
+                        "ngram_mod_n_match": match,
+                        "ngram_mod_n_min": lo,
+                        "ngram_mod_n_max": hi,
+                    },
+                )
+            )
+    if has_mtp and "mtp" in offered:
+        for i, n in enumerate(MTP_N_MAX):
+            c = Candidate(f"mtp n_max {n}", {"types": ["mtp"], "draft_n_max": n, "draft_n_min": 0})
+            (first if i == 0 else later).append(c)
+    return first + later
+
+
+def apply(
+    recipe: config.Recipe, engine: str, c: Candidate, name: str | None = None
+) -> config.Recipe:
+    """The recipe with candidate `c`'s settings, for `engine` (overrides folded in)."""
+    base = recipe.for_engine(engine)
+    if c.label == AS_WRITTEN:
+        return base.model_copy(update={"name": name or base.name})
+    keep = {k: v for k, v in base.spec.model_dump().items() if not k.startswith("ngram_mod")}
+    if any(t in dialects.DRAFTING_TYPES for t in c.spec.get("types", ())):
+        keep = {
+            k: v for k, v in keep.items() if k not in ("draft_n_max", "draft_n_min", "draft_p_min")
+        }
+    spec = config.SpecSettings.model_validate({**keep, **dict(c.spec)})
+    extra = strip_ngram_sizes(base.server.extra) + c.extra
+    server = config.ServerSettings.model_validate({**base.server.model_dump(), "extra": extra})
+    return base.model_copy(
+        update={"name": name or base.name, "spec": spec, "server": server, "engines": {}}
+    )
+
+
+def strip_ngram_sizes(extra: Sequence[str]) -> tuple[str, ...]:
+    """`extra` without n-gram size flags and their values (a candidate sets its own)."""
+    out: list[str] = []
+    skip = False
+    for arg in extra:
+        if skip:
+            skip = False
+        elif re.match(r"^--spec-ngram-[a-z0-9-]+-size-[nm]$", arg):
+            skip = True
+        else:
+            out.append(arg)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- state (resume)
+
+
+@dataclass
+class State:
+    """Finished work of one tune run: the plain baseline and each candidate's result."""
+
+    path: Path
+    key: str
+    baseline: dict[str, float] = field(default_factory=dict)  # workload → plain tok/s
+    done: dict[str, dict] = field(default_factory=dict)  # candidate key → result
+
+    @classmethod
+    def load(cls, path: Path, key: str, fresh: bool = False) -> State:
+        if fresh or not path.is_file():
+            return cls(path, key)
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return cls(path, key)
+        if raw.get("key") != key:
+            return cls(path, key)  # another recipe, build or workload mix: start over
+        return cls(path, key, dict(raw.get("baseline", {})), dict(raw.get("done", {})))
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        payload = {"key": self.key, "baseline": self.baseline, "done": self.done}
+        tmp.write_text(json.dumps(payload, indent=2) + "\n")
+        os.replace(tmp, self.path)
+
+
+def score(speedups: Mapping[str, float]) -> float:
+    """Geometric mean of the speedups over the workload mix (0 when any is missing)."""
+    values = [v for v in speedups.values() if v > 0]
+    if not values or len(values) != len(speedups):
+        return 0.0
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def best(done: Mapping[str, dict]) -> dict | None:
+    passed = [r for r in done.values() if r.get("passed")]
+    return max(passed, key=lambda r: r["score"], default=None)
+
+
+def fits(elapsed: float, per_candidate: float, budget: float) -> bool:
+    return elapsed + per_candidate <= budget
+
+
+def too_small(budget_minutes: float, spent: float, per_candidate: float) -> str:
+    """The refusal for a budget that cannot fit one candidate."""
+    need = math.ceil((spent + per_candidate) / 60 + 0.5)
+    return (
+        f"A budget of {budget_minutes:g} min is too small for one candidate: {spent:.0f} s went "
+        f"to loading and the plain baseline, and one candidate needs about {per_candidate:.0f} s "
+        f"more. Pass --budget {need} or more (the baseline is kept and reused next time)."
+    )
+
+
+def _verdict(r: Mapping[str, Any]) -> str:
+    if r.get("passed"):
+        return "ok"
+    why = str(r.get("check") or r.get("detail") or "").replace("|", "/").replace("\n", " ")
+    return f"FAILED: {why[:120]}"
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _fast_check(
+    artifact: Artifact, dialect: str, model: Path, spec_argv: list[str], console: Console
+):
+    from llamaspec.proof import verify
+
+    check = getattr(verify, "fast_check", None)
+    if check is None:
+        raise LlamaspecError(
+            "This llamaspec has no fast equivalence check (llamaspec.proof.verify.fast_check); "
+            "tune cannot accept a candidate without one. Update llamaspec."
+        )
+    return check(artifact, dialect, model, spec_argv, console)
+
+
+def tune(
+    artifact: Artifact,
+    recipe_name: str,
+    console: Console,
+    *,
+    budget_minutes: float = 10.0,
+    mix: Sequence[workloads.Workload] | None = None,
+    out_dir: Path | None = None,
+    reports: Path = Path("reports"),
+    fresh: bool = False,
+    max_candidates: int | None = None,
+) -> dict:
+    """Sweep, check, bench and pick; write the tuned recipe and a report; return the report."""
+    mix = tuple(mix or workloads.select(workloads.TUNE_MIX))
+    budget = budget_minutes * 60
+    started = time.monotonic()
+    recipe, target, draft = recipe_models(recipe_name, console)
+    engine = artifact.manifest["engine"]
+    dialect = dialects.dialect_for(artifact, console.print)
+    help_text = dialects.server_help(artifact.server)
+    offered = supported_types(dialect, help_text)
+    models = config.load_models()
+    pair = models.pairs[recipe.pair]
+    has_mtp = models.models[pair.target].mtp
+    d = dialects.find_dialect(dialect)
+    written = recipe.for_engine(engine)
+    cands = [Candidate(AS_WRITTEN, {"types": list(written.spec.types)}, written.server.extra)]
+    cands += candidates(
+        offered,
+        has_draft=draft is not None,
+        has_mtp=has_mtp,
+        stacks=d.stacks,
+        help_flags=dialects.help_flags(help_text),
+    )
+    cands = list({c.key: c for c in reversed(cands)}.values())[::-1]  # first of duplicates
+    cands = [c for c in cands if set(c.spec.get("types", ())) <= offered]
+    if max_candidates:
+        cands = cands[:max_candidates]
+    stem = f"tune-{recipe.name}-{artifact.id}"
+    key = json.dumps(
+        {"recipe": recipe.name, "artifact": artifact.id, "mix": [w.name for w in mix]},
+        sort_keys=True,
+    )
+    state = State.load(reports / f"{stem}.state.json", key, fresh)
+    if state.done:
+        console.print(
+            f"tune: resuming {state.path}: {len(state.done)} candidate(s) already measured"
+        )
+    base_plan = recipe_plan(
+        artifact, recipe, target, draft, console, dialect=dialect, help_text=help_text
+    )
+    logs = reports / f"{stem}-logs"
+    per_candidate = None
+    with bench.progress(console) as bar:
+        task = bar.add_task("tune", total=len(cands))
+        bar.advance(task, sum(1 for c in cands if c.key in state.done))
+        plain_args = [*bench.with_slots(base_plan.plain_args, 1), "--metrics"]
+        with running(artifact.server, plain_args, logs / "plain.log") as plain_srv:
+            if not state.baseline:
+                bar.update(task, description="tune: plain baseline")
+                t0 = time.monotonic()
+                for w in mix:
+                    state.baseline[w.name] = bench.run(plain_srv, w, 1).tokens_per_second
+                state.baseline["_seconds"] = time.monotonic() - t0
+                state.save()
+            per_candidate = state.baseline["_seconds"] * 1.2 + CANDIDATE_OVERHEAD_S
+            todo = [c for c in cands if c.key not in state.done]
+            spent = time.monotonic() - started
+            if todo and not fits(spent, per_candidate, budget):
+                raise LlamaspecError(too_small(budget_minutes, spent, per_candidate))
+            for c in todo:
+                if not fits(time.monotonic() - started, per_candidate, budget):
+                    left = sum(1 for x in todo if x.key not in state.done)
+                    console.print(
+                        f"tune: budget reached; {left} candidate(s) left untried (run again "
+                        "to go on from here)"
+                    )
+                    break
+                bar.update(task, description=f"tune: {c.label}")
+                state.done[c.key] = _measure(
+                    artifact,
+                    recipe,
+                    engine,
+                    c,
+                    target,
+                    draft,
+                    dialect,
+                    help_text,
+                    mix,
+                    state,
+                    logs,
+                    console,
+                )
+                state.save()
+                bar.advance(task)
+    winner = best(state.done)
+    report = _report(artifact, recipe, mix, state, cands, winner)
+    md = _write_report(report, reports, stem)
+    report["report_path"] = str(md)
+    if winner is None:
+        raise LlamaspecError(
+            f"No candidate passed the equivalence check and finished within the budget; see "
+            f"{md}. Nothing was written."
+        )
+    path = write_recipe(artifact, recipe, engine, winner, cands, out_dir, md, mix)
+    report["recipe_path"] = str(path)
+    console.print(
+        f"tune: fastest is {winner['label']} (score {winner['score']:.2f}× over plain on "
+        f"{', '.join(w.name for w in mix)}); wrote {path} and {md}"
+    )
+    return report
+
+
+def _measure(
+    artifact: Artifact,
+    recipe: config.Recipe,
+    engine: str,
+    c: Candidate,
+    target: Path,
+    draft: Path | None,
+    dialect: str,
+    help_text: str,
+    mix: Sequence[workloads.Workload],
+    state: State,
+    logs: Path,
+    console: Console,
+) -> dict:
+    result: dict[str, Any] = {"label": c.label, "spec": dict(c.spec), "extra": list(c.extra)}
+    try:
+        r = apply(recipe, engine, c)
+        p = recipe_plan(artifact, r, target, draft, console, dialect=dialect, help_text=help_text)
+    except LlamaspecError as exc:
+        return {**result, "passed": False, "score": 0.0, "detail": f"not rendered: {exc}"}
+    result["spec_args"] = [bench.shown([a])[len("llama-server ") :] for a in p.spec_args]
+    check = _fast_check(artifact, dialect, target, list(p.spec_args), console)
+    result["check"] = str(getattr(check, "detail", ""))
+    if not getattr(check, "passed", False):
+        return {**result, "passed": False, "score": 0.0}
+    args = [*bench.with_slots(p.plain_args, 1), *p.spec_args, "--metrics"]
+    speedups, accepted = {}, {}
+    with running(artifact.server, args, logs / f"candidate-{len(state.done)}.log") as srv:
+        for w in mix:
+            s = bench.run(srv, w, 1)
+            speedups[w.name] = round(s.tokens_per_second / state.baseline[w.name], 3)
+            accepted[w.name] = [s.accepted, s.drafted]
+    return {
+        **result,
+        "passed": True,
+        "speedups": speedups,
+        "accepted_drafted": accepted,
+        "score": round(score(speedups), 4),
+    }
+
+
+def _report(
+    artifact: Artifact,
+    recipe: config.Recipe,
+    mix: Sequence[workloads.Workload],
+    state: State,
+    cands: Sequence[Candidate],
+    winner: dict | None,
+) -> dict:
+    return {
+        "recipe": recipe.name,
+        "artifact_id": artifact.id,
+        "engine": artifact.manifest.get("engine"),
+        "commit": artifact.manifest.get("commit"),
+        "machine": costmodel.machine(),
+        "date": dt.date.today().isoformat(),
+        "workloads": [w.name for w in mix],
+        "plain_tps": {k: round(v, 2) for k, v in state.baseline.items() if not k.startswith("_")},
+        "candidates_total": len(cands),
+        "results": list(state.done.values()),
+        "winner": winner,
+    }
+
+
+def _write_report(report: dict, reports: Path, stem: str) -> Path:
+    reports.mkdir(parents=True, exist_ok=True)
+    (reports / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    names = report["workloads"]
+    md = [
+        f"# Tune: {report['recipe']} on {report['artifact_id']}",
+        "",
+        f"- machine: {report['machine']['description']}",
+        f"- engine: {report['engine']} {report['commit']}, {report['date']}",
+        f"- workload mix: {', '.join(names)}; plain tok/s: "
+        + ", ".join(f"{k} {v}" for k, v in report["plain_tps"].items()),
+        f"- {len(report['results'])} of {report['candidates_total']} candidates measured; score "
+        "= geometric mean of the speedups; each candidate passed verify's fast equivalence "
+        "check before it was timed",
+        "",
+        "| candidate | speculative flags | check | " + " | ".join(names) + " | score |",
+        "|---|---|---|" + "---|" * len(names) + "---|",
+    ]
+    for r in sorted(report["results"], key=lambda r: -r["score"]):
+        sp = r.get("speedups", {})
+        md.append(
+            f"| {r['label']} | `{' '.join(r.get('spec_args', []))}` | "
+            f"{_verdict(r)} | "
+            + " | ".join(f"{sp[n]:.2f}×" if n in sp else "—" for n in names)
+            + f" | {r['score']:.2f}× |"
+        )
+    if report["winner"]:
+        md += ["", f"Fastest: **{report['winner']['label']}**."]
+    path = reports / f"{stem}.md"
+    path.write_text("\n".join(md) + "\n")
+    return path
+
+
+def _relative(path: Path) -> str:
+    root = project_root().resolve()
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return path.name
+
+
+def write_recipe(
+    artifact: Artifact,
+    recipe: config.Recipe,
+    engine: str,
+    winner: dict,
+    cands: Sequence[Candidate],
+    out_dir: Path | None,
+    report_md: Path,
+    mix: Sequence[workloads.Workload],
+) -> Path:
+    """The winner as recipes/<recipe>-tuned.yaml (or in `out_dir`), validated."""
+    c = next(x for x in cands if x.spec == winner["spec"] and list(x.extra) == winner["extra"])
+    name = f"{recipe.name}-tuned"
+    tuned = apply(recipe, engine, c, name=name)
+    m = artifact.manifest
+    speedups = ", ".join(f"{k} {v:.2f}x" for k, v in winner["speedups"].items())
+    data: dict[str, Any] = {
+        "pair": tuned.pair,
+        "description": f"{recipe.name} tuned by `llamaspec tune` for "
+        f"{', '.join(w.name for w in mix)}: {winner['label']}.",
+        "spec": tuned.spec.model_dump(exclude_none=True, exclude_defaults=True)
+        | {"types": list(tuned.spec.types)},
+        "server": tuned.server.model_dump(exclude_none=True, exclude_defaults=True),
+    }
+    if tuned.server.extra:
+        # n-gram size flags are this engine's spelling: keep them to it
+        data["server"].pop("extra", None)
+        data["engines"] = {engine: {"extra": list(tuned.server.extra)}}
+    data["measured"] = {
+        "hardware": costmodel.machine()["description"],
+        "engine": f"{engine} {str(m.get('commit') or 'local')[:12]} ({m.get('backend', 'cpu')})",
+        "artifact": artifact.id,
+        "date": dt.date.today().isoformat(),
+        "result": f"{speedups} over plain (score {winner['score']:.2f}x)",
+        "report": _relative(report_md),
+    }
+    config.parse(config.Recipe, {"name": name, **data}, f"the tuned recipe {name}")
+    where = out_dir or (project_root() / "recipes")
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"{name}.yaml"
+    header = f"# Written by `llamaspec tune {recipe.name}`; measured, not hand-written.\n"
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    return path
