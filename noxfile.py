@@ -62,6 +62,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def tune(session: nox.Session) -> None:
+    """Sweep speculative settings: `nox -s tune -- RECIPE [--budget MINUTES]` → a tuned recipe."""
+    _install(session, "embedded")
+    session.run("llamaspec", "tune", *session.posargs)
+
+
+@nox.session
 def patches(session: nox.Session) -> None:
     """The patch catalog: `nox -s patches -- status --engine E [--pin SHA]`, export, import."""
     _install(session)
