@@ -1,0 +1,268 @@
+"""Pure parts of bench and tune: workloads, the cost model, provenance, candidates, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamaspec import config
+from llamaspec.errors import LlamaspecError
+from llamaspec.proof import costmodel, tune, workloads
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------- workloads
+
+
+def test_workloads_cover_spec_bench_categories_and_code_edit() -> None:
+    categories = " ".join(w.category for w in workloads.WORKLOADS.values())
+    for spec_bench in (
+        "multi-turn conversation",
+        "translation",
+        "summarization",
+        "question answering",
+        "mathematical reasoning",
+        "retrieval-augmented",
+        "code edit",
+    ):
+        assert spec_bench in categories
+    for w in workloads.WORKLOADS.values():
+        assert 32 <= w.n_predict <= 256 and w.turns
+    assert len(workloads.WORKLOADS["conversation"].turns) >= 3
+    assert set(workloads.TUNE_MIX) <= set(workloads.WORKLOADS)
+
+
+def test_copy_workload_is_the_measured_copy_heavy_prompt() -> None:
+    copy = workloads.WORKLOADS["copy"]
+    assert 1700 <= len(workloads.INVENTORY_MODULE) <= 1900
+    assert copy.n_predict == 256
+    assert workloads.INVENTORY_MODULE in copy.turns[0]
+    assert "Here is the same module again, unchanged:" in copy.turns[0]
+
+
+def test_conversation_turns_carry_the_history() -> None:
+    conv = workloads.WORKLOADS["conversation"]
+    first = conv.prompt("", 0)
+    assert first.startswith("User: ") and first.endswith("Assistant:")
+    second = conv.prompt(first + " an answer\n", 1)
+    assert second.startswith(first) and conv.turns[1] in second
+    qa = workloads.WORKLOADS["qa"]
+    assert qa.prompt("ignored", 0) == qa.turns[0]
+
+
+def test_unknown_workload_says_did_you_mean() -> None:
+    assert [w.name for w in workloads.select(["copy", "qa", "copy"])] == ["copy", "qa"]
+    assert len(workloads.select(None)) == len(workloads.WORKLOADS)
+    with pytest.raises(LlamaspecError, match=r"Unknown workload 'cpy'\. Did you mean 'copy'\?"):
+        workloads.select(["cpy"])
+
+
+# ---------------------------------------------------------------- cost model
+
+
+def test_batch_ratio_interpolates_and_extrapolates() -> None:
+    costs = {1: 10.0, 2: 12.0, 4: 16.0}
+    assert costmodel.ratio(costs, 1) == 1.0
+    assert costmodel.ratio(costs, 3) == pytest.approx(1.4)
+    assert costmodel.ratio(costs, 6) == pytest.approx(2.0)  # slope of the last segment
+    assert costmodel.batch_points(9) == [1, 2, 3, 4, 5, 6, 8, 9]
+    with pytest.raises(ValueError):
+        costmodel.ratio({2: 1.0}, 2)
+
+
+def test_expected_speedup_counts_plain_steps_drafts_and_draft_cost() -> None:
+    c = costmodel.SpecCounters(drafts=10, drafted=40, accepted=30, available=True)
+    costs = {1: 10.0, 5: 15.0}
+    # 100 tokens: 10 speculative steps (40 drafted, 30 accepted) emit 40, 60 plain steps
+    assert costmodel.expected_speedup(100, c, costs, 0.0) == pytest.approx(100 / (60 + 15))
+    assert costmodel.expected_speedup(100, c, costs, 0.1) == pytest.approx(100 / (60 + 15 + 4))
+    assert costmodel.expected_speedup(100, costmodel.SpecCounters(), costs, 0.0) == 1.0
+    # the closed form agrees when every step drafts g tokens with independent acceptance
+    assert costmodel.closed_form(0.0, 4, 0.0) == pytest.approx(1.0)
+
+
+def test_metrics_parsing_and_per_position_histogram() -> None:
+    text = (
+        "# HELP llamacpp:spec_decode_num_drafts_total x\n"
+        "llamacpp:spec_decode_num_drafts_total 10\n"
+        "llamacpp:spec_decode_num_draft_tokens_total 40\n"
+        "llamacpp:spec_decode_num_accepted_tokens_total 24\n"
+        'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 8\n'
+        'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 7\n'
+        'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="3"} 4\n'
+    )
+    c = costmodel.parse_metrics(text)
+    assert (c.drafts, c.drafted, c.accepted, c.available) == (10, 40, 24, True)
+    assert c.per_pos == [8, 7, 0, 4]
+    assert costmodel.acceptance_by_position(c) == [0.8, 0.7, 0.0, 0.4]
+    assert not costmodel.parse_metrics("llamacpp:prompt_tokens_total 3\n").available
+    delta = c - costmodel.SpecCounters(5, 20, 12, [4, 3], True)
+    assert (delta.drafts, delta.per_pos) == (5, [4, 4, 0, 4])
+    hist = costmodel.accepted_length_histogram(costmodel.SpecCounters(10, 40, 20, [8, 6, 4, 2]))
+    assert hist == [2, 2, 2, 2, 2] and sum(hist) == 10
+
+
+def test_plain_decoding_limit_and_the_gap_sentence() -> None:
+    assert costmodel.decode_limit(250_000_000, 10e9) == pytest.approx(40.0)
+    assert costmodel.decode_limit(0, 10e9) == 0.0
+    assert "agree" in costmodel.where_the_rest_goes(0.95)
+    assert "drafting" in costmodel.where_the_rest_goes(0.6)
+    assert "no speculative counters" in costmodel.where_the_rest_goes(None)
+    m = costmodel.machine()
+    assert m["cores"] >= 1 and m["cpu"] in m["description"]
+
+
+# ---------------------------------------------------------------- provenance
+
+
+def test_measured_needs_a_report_and_reported_needs_a_source() -> None:
+    base = {"pair": "p", "description": "d", "spec": {"types": ["ngram-mod"]}}
+    with pytest.raises(LlamaspecError, match="measured.report"):
+        config.parse(
+            config.Recipe,
+            {**base, "name": "x", "measured": {"hardware": "h", "engine": "e", "result": "r"}},
+            "x.yaml",
+        )
+    with pytest.raises(LlamaspecError, match="reported.source"):
+        config.parse(
+            config.Recipe, {**base, "name": "x", "reported": {"setup": "s", "result": "r"}}, "x"
+        )
+    with pytest.raises(LlamaspecError, match="measured.source"):  # the old key is gone
+        config.parse(
+            config.Recipe,
+            {
+                **base,
+                "name": "x",
+                "measured": {
+                    "hardware": "h",
+                    "engine": "e",
+                    "result": "r",
+                    "report": "a.md",
+                    "source": "measured",
+                },
+            },
+            "x",
+        )
+
+
+def test_every_recipe_keeps_measured_and_reported_apart() -> None:
+    for recipe in config.load_recipes(ROOT).values():
+        if recipe.measured:
+            assert (ROOT / recipe.measured.report).is_file(), recipe.name
+            assert "reported" not in recipe.measured.hardware, recipe.name
+        if recipe.reported:
+            assert recipe.reported.source and recipe.reported.setup, recipe.name
+    by_name = config.load_recipes(ROOT)
+    assert "none found" in by_name["qwen3.5-27b"].reported.source
+    assert by_name["llama-3.1-8b"].reported.source.startswith("https://")
+
+
+def test_readme_pairs_table_says_measured_or_reported() -> None:
+    readme = (ROOT / "README.md").read_text()
+    rows = {ln.split("|")[1].strip(" `"): ln for ln in readme.splitlines() if ln.startswith("| `")}
+    assert "measured here · reported elsewhere" in readme
+    for recipe in config.load_recipes(ROOT).values():
+        row = rows[recipe.pair]
+        if recipe.measured:
+            assert f"measured (`{recipe.name}`)" in row and recipe.measured.report in row
+        if recipe.reported:
+            assert f"reported (`{recipe.name}`)" in row, recipe.name
+
+
+# ---------------------------------------------------------------- tune
+
+
+def test_candidates_follow_what_the_binary_and_pair_offer() -> None:
+    flags = {"--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m"}
+    cands = tune.candidates(
+        {"draft", "ngram-mod", "ngram-map-k", "ngram-simple", "mtp"},
+        has_draft=False,
+        has_mtp=False,
+        stacks=True,
+        help_flags=flags,
+    )
+    types = [tuple(c.spec["types"]) for c in cands]
+    assert ("draft",) not in types and ("mtp",) not in types
+    # each type at its defaults first, then the knobs
+    assert types[:3] == [("ngram-mod",), ("ngram-map-k",), ("ngram-simple",)]
+    sized = [c for c in cands if c.extra]
+    assert sized and all(c.extra[0] == "--spec-ngram-map-k-size-n" for c in sized)
+    assert not any(c.extra for c in cands if c.spec["types"] == ["ngram-simple"])
+    assert len({c.key for c in cands}) == len(cands)
+    with_draft = tune.candidates(
+        {"draft", "ngram-mod", "mtp"}, has_draft=True, has_mtp=True, stacks=True, help_flags=set()
+    )
+    kinds = {tuple(c.spec["types"]) for c in with_draft}
+    assert {("draft",), ("mtp",), ("draft", "ngram-mod")} <= kinds
+    legacy = tune.candidates(
+        {"draft"}, has_draft=True, has_mtp=False, stacks=False, help_flags=set()
+    )
+    assert all(c.spec["types"] == ["draft"] for c in legacy)
+    assert {c.spec["draft_p_min"] for c in legacy} == set(tune.DRAFT_P_MIN)
+
+
+def test_apply_sets_the_candidates_settings_on_the_recipe() -> None:
+    recipe = config.load_recipes(ROOT)["gemma3-270m-ngram"]
+    c = tune.Candidate(
+        "x",
+        {"types": ["ngram-map-k"]},
+        ("--spec-ngram-map-k-size-n", "6", "--spec-ngram-map-k-size-m", "16"),
+    )
+    tuned = tune.apply(recipe, "llama.cpp", c, name="gemma3-270m-ngram-tuned")
+    assert tuned.name == "gemma3-270m-ngram-tuned" and tuned.spec.types == ("ngram-map-k",)
+    assert tuned.server.extra[-4:] == c.extra and tuned.pair == recipe.pair
+    again = tune.apply(tuned, "llama.cpp", tune.Candidate("y", {"types": ["ngram-mod"]}))
+    assert again.server.extra == ()  # earlier size flags do not leak into the next candidate
+    assert tune.strip_ngram_sizes(["-fa", "on", "--spec-ngram-simple-size-n", "4"]) == ("-fa", "on")
+    written = tune.apply(recipe, "llama.cpp", tune.Candidate(tune.AS_WRITTEN, {"types": []}))
+    assert written.spec == recipe.spec
+
+
+def test_state_resumes_only_the_same_run(tmp_path: Path) -> None:
+    path = tmp_path / "tune.state.json"
+    state = tune.State.load(path, "key-a")
+    state.baseline = {"copy": 70.0, "_seconds": 12.0}
+    state.done["c1"] = {"label": "one", "passed": True, "score": 1.5}
+    state.done["c2"] = {"label": "two", "passed": False, "score": 0.0}
+    state.save()
+    again = tune.State.load(path, "key-a")
+    assert again.baseline == state.baseline and set(again.done) == {"c1", "c2"}
+    assert tune.State.load(path, "key-b").done == {}  # another recipe, build or mix
+    assert tune.State.load(path, "key-a", fresh=True).done == {}
+    path.write_text("{not json")
+    assert tune.State.load(path, "key-a").done == {}
+    assert tune.best(again.done)["label"] == "one"
+
+
+def test_score_budget_and_refusals() -> None:
+    assert tune.score({"a": 2.0, "b": 0.5}) == pytest.approx(1.0)
+    assert tune.score({"a": 2.0, "b": 0.0}) == 0.0
+    assert tune.fits(100, 50, 200) and not tune.fits(180, 50, 200)
+    msg = tune.too_small(1, 45, 40)
+    assert "too small for one candidate" in msg and "--budget 2" in msg
+    with pytest.raises(LlamaspecError, match="not a file"):
+        tune.adhoc_recipe(Path("/nonexistent/t.gguf"), None, ["ngram-mod"], None)
+
+
+def test_adhoc_recipe_checks_types_and_draft(tmp_path: Path) -> None:
+    target = tmp_path / "My Model.Q4.gguf"
+    target.write_bytes(b"GGUF")
+    r = tune.adhoc_recipe(target, None, ["ngram-mod"], 12)
+    assert r.spec.types == ("ngram-mod",) and r.spec.draft_n_max == 12
+    assert r.name == "adhoc-my-model.q4"
+    with pytest.raises(LlamaspecError, match="Did you mean 'ngram-mod'"):
+        tune.adhoc_recipe(target, None, ["ngram-mode"], None)
+    with pytest.raises(LlamaspecError, match="add --draft FILE"):
+        tune.adhoc_recipe(target, None, ["draft"], None)
+    with pytest.raises(LlamaspecError, match="needs --spec TYPE"):
+        tune.adhoc_recipe(target, None, [], None)
+
+
+def test_supported_types_come_from_the_dialect_and_help() -> None:
+    up = tune.supported_types("upstream", "--spec-type none,draft-simple,ngram-mod,ngram-simple\n")
+    assert up == {"draft", "ngram-mod", "ngram-simple"}
+    assert "ngram-map-k" in tune.supported_types("upstream", "no list here")
