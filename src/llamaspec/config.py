@@ -148,8 +148,22 @@ class EnginesFile(Frozen):
     engines: dict[str, Engine]
 
 
+class Defect(Frozen):
+    """A known defect of an engine at some pins: what goes wrong and what fixes it."""
+
+    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+    engine: str
+    pins: tuple[FullSha, ...] = Field(min_length=1)
+    symptom: Literal["short-output", "corrupt-output", "crash", "parallel-divergence"]
+    summary: str
+    upstream_issue: Upstream | None = None
+    fixed_by: str = ""  # a catalog patch id, or an upstream PR/commit when not in the catalog
+    reproduced: str = ""  # where and how this project saw it
+
+
 class SeriesFile(Frozen):
     patches: tuple[PatchEntry, ...] = ()
+    defects: tuple[Defect, ...] = ()
 
 
 HANDLE = r"^[a-z0-9][a-z0-9._-]*$"
@@ -447,6 +461,20 @@ def load_series(root: Path | None = None) -> tuple[PatchEntry, ...]:
                     f"not in the catalog.{did_you_mean(other, seen)}"
                 )
     return parsed.patches
+
+
+def load_defects(root: Path | None = None) -> tuple[Defect, ...]:
+    """The known defects recorded beside the patch catalog (patches/series.yaml)."""
+    root = root or project_root()
+    path = root / "patches" / "series.yaml"
+    parsed = parse(SeriesFile, read_yaml(path), str(path))
+    for d in parsed.defects:
+        if d.engine not in ENGINES:
+            raise LlamaspecError(
+                f"{path}: defect {d.id!r} is for engine {d.engine!r}."
+                f"{did_you_mean(d.engine, ENGINES)}"
+            )
+    return parsed.defects
 
 
 def load_models(root: Path | None = None) -> ModelsFile:

@@ -1,0 +1,70 @@
+"""The per-token oracle: how far each emitted token is from the target's own greedy choice.
+
+For every token i of an output, a plain server (one slot, no speculation) is asked for its
+top-k log-probabilities given exactly the prompt and the emitted tokens before i; the gap is
+the log-probability of its own first choice minus that of the emitted token (0.0 when they
+agree). It checks every token, not only the first difference, so a wrong KV state after a
+rejected draft shows up even after a legitimate near-tie. Prefixes are memoized: tokens an
+output shares with one already checked cost nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llamaspec.proof.client import Prompt, Server, next_token_logprobs
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One emitted token judged by the oracle."""
+
+    position: int
+    token: int
+    chosen: int
+    gap: float  # nats; inf when the token is outside the oracle's top-k
+
+    @property
+    def outside_top_k(self) -> bool:
+        return math.isinf(self.gap)
+
+
+class Oracle:
+    """Per-token gaps from a plain reference server (one slot, prompt cache on)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self._prompt_ids: dict[str, list[int]] = {}
+        self._memo: dict[tuple[str, tuple[int, ...]], tuple[int, dict[int, float]]] = {}
+        self.requests = 0
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        if prompt.text not in self._prompt_ids:
+            self._prompt_ids[prompt.text] = self.server.tokenize(prompt.text)
+        return self._prompt_ids[prompt.text]
+
+    def gaps(self, prompt: Prompt, tokens: Sequence[int]) -> list[Gap]:
+        """The gap of every token of `tokens`, generated after `prompt`."""
+        ids = self.prompt_ids(prompt)
+        out = []
+        for i, tok in enumerate(tokens):
+            key = (prompt.text, tuple(tokens[:i]))
+            if key not in self._memo:
+                self._memo[key] = next_token_logprobs(self.server, [*ids, *tokens[:i]])
+                self.requests += 1
+            chosen, top = self._memo[key]
+            best = top.get(chosen, max(top.values(), default=0.0))
+            gap = best - top[int(tok)] if int(tok) in top else math.inf
+            out.append(Gap(i, int(tok), chosen, max(0.0, gap)))
+        return out
+
+
+def max_gap(gaps: Sequence[Gap]) -> float:
+    return max((g.gap for g in gaps), default=0.0)
+
+
+def describe(g: Gap) -> str:
+    where = "outside the top-10" if g.outside_top_k else f"{g.gap:.3f} nats"
+    return f"token {g.position}: emitted {g.token}, oracle chose {g.chosen} ({where})"
