@@ -15,7 +15,7 @@ def _install(session: nox.Session, *extras: str) -> None:
 
 
 def _build(session: nox.Session, backend: str) -> None:
-    _install(session, "embedded")
+    _install(session, "embedded", "smoke")
     session.run("llamaspec", "build", "--backend", backend, *session.posargs, external=False)
 
 
@@ -28,7 +28,7 @@ def build_cpu(session: nox.Session) -> None:
 @nox.session
 def smoke(session: nox.Session) -> None:
     """Smoke-test an existing artifact: `nox -s smoke -- --artifact ID`."""
-    _install(session, "embedded")
+    _install(session, "embedded", "smoke")
     session.run("llamaspec", "smoke", *session.posargs)
 
 
@@ -50,21 +50,21 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def verify(session: nox.Session) -> None:
     """Equivalence suite: `nox -s verify -- --artifact ID [--model hybrid] [--method M]`."""
-    _install(session, "embedded")
+    _install(session, "embedded", "smoke")
     session.run("llamaspec", "verify", *session.posargs)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Speedup benchmark: `nox -s bench -- [RECIPE] [--artifact ID]` → reports/."""
-    _install(session, "embedded")
+    _install(session, "embedded", "smoke", "bench")
     session.run("llamaspec", "bench", *session.posargs)
 
 
 @nox.session
 def tune(session: nox.Session) -> None:
     """Sweep speculative settings: `nox -s tune -- RECIPE [--budget MINUTES]` → a tuned recipe."""
-    _install(session, "embedded")
+    _install(session, "embedded", "smoke", "bench")
     session.run("llamaspec", "tune", *session.posargs)
 
 
@@ -120,7 +120,7 @@ def docker_pull(session: nox.Session) -> None:
 @nox.session(name="docker-smoke")
 def docker_smoke(session: nox.Session) -> None:
     """Smoke-test an image: `nox -s docker-smoke -- IMAGE` (speculation on, outputs identical)."""
-    _install(session, "embedded")
+    _install(session, "embedded", "smoke")
     session.run("llamaspec", "docker", "smoke", *session.posargs)
 
 

@@ -37,3 +37,16 @@ def choose(kind: str, word: str, choices: Iterable[str]) -> str:
         f"Unknown {kind} {word!r}.{did_you_mean(word, choices)} "
         f"Known {kind}s: {', '.join(choices) or '(none)'}."
     )
+
+
+def missing_extra(extra: str, package: str, needed_for: str) -> LlamaspecError:
+    """The error for an optional dependency that is not installed, naming the extra to add.
+
+    `raise missing_extra("smoke", "openai", "The smoke test's OpenAI endpoint check") from None`
+    inside `except ImportError:` around the lazy import.
+    """
+    return LlamaspecError(
+        f"{needed_for} needs the Python package {package!r}, which is not installed. Install it "
+        f"with `pip install 'llamaspec[{extra}]'` (in a checkout: `pip install -e '.[{extra}]'`; "
+        f"the nox sessions that need it install it themselves), then run again."
+    )

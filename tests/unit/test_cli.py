@@ -24,6 +24,16 @@ ROOT = Path(__file__).resolve().parents[2]
         (["build", "--source", "local", "--source-dir", "/nonexistent/x"], "does not exist"),
         (["build", "--patch", "nope"], "Unknown patch id 'nope'"),
         (["smoke", "--artifact", "nope", "--dist", "/nonexistent"], "is not an artifact"),
+        (["build", "--jobs", "-4"], "'-4' is not a whole number of 1 or more"),
+        (["build", "-j", "0"], "'0' is not a whole number of 1 or more"),
+        (["recipe", "show", "qwen2.5-coder-7b", "--engine", ""], "--engine: must not be empty"),
+        (["serve", "qwen2.5-coder-7b", "--engine", " "], "--engine: must not be empty"),
+        (
+            ["build", "--patch-source", "ik_llama.cpp=/srv/ik"],
+            "is a mirror of ik_llama.cpp, but this command works on llama.cpp",
+        ),
+        (["build", "--patch-source", "ik_llama.cpp="], "write it as DIR|URL"),
+        (["lock", "--patch-source", "llama.cpe=/srv/u"], "Did you mean 'llama.cpp'"),
     ],
 )
 def test_bad_input_is_one_clear_error(args: list[str], message: str, tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ def _build_parser(sub: argparse._SubParsersAction) -> None:
     options.add(p)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
+    """The whole command line; building it imports no stage module."""
     parser = argparse.ArgumentParser(prog="llamaspec", description=__doc__)
     parser.add_argument("--version", action="version", version=f"llamaspec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -38,7 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli_models.add_parsers(sub)
     cli_docker.add_parsers(sub)
     cli_doctor.add_parsers(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     # stage modules load here, after parsing: `llamaspec --help` stays fast
     from rich.console import Console
     from rich.markup import escape

@@ -176,6 +176,7 @@ OPTIONS: tuple[Option, ...] = (
         ("--no-default-patches",),
         "no_default_patches",
         "apply only patches named with --patch",
+        "apply only the patches named with `--patch`",
         kind="flag",
         default=False,
     ),
