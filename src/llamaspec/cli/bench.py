@@ -86,6 +86,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--out", type=Path, help="where the tuned recipe goes (default: the project's recipes/)"
     )
     t.add_argument("--fresh", action="store_true", help="ignore the state of an earlier run")
+    t.add_argument(
+        "--candidates", type=_positive, metavar="N", help="try at most N candidates (in order)"
+    )
     bb = sub.add_parser("bench-build", help="cold build time: llamaspec vs plain cmake")
     bb.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
     bb.add_argument("--dist", type=Path, default=Path("dist"))
@@ -118,6 +121,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             out_dir=args.out,
             reports=args.reports,
             fresh=args.fresh,
+            max_candidates=args.candidates,
         )
         return True
     from llamaspec.proof import bench

@@ -252,8 +252,10 @@ def decode_ms_per_token(server: Server, prompt: str, n_predict: int = 48) -> flo
 
 def memory_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
     """Bytes per second one copy of a large array moves (read + write), best of `repeats`."""
-    import numpy as np
-
+    try:
+        import numpy as np
+    except ImportError:
+        return 0.0
     src = np.ones(megabytes << 20, dtype=np.uint8)
     dst = np.empty_like(src)
     best = float("inf")

@@ -603,7 +603,7 @@ def write_recipe(
     mix: Sequence[workloads.Workload],
 ) -> Path:
     """The winner as recipes/<recipe>-tuned.yaml (or in `out_dir`), validated."""
-    c = next(x for x in cands if x.spec == winner["spec"] and list(x.extra) == winner["extra"])
+    c = Candidate(winner["label"], winner["spec"], tuple(winner["extra"]))
     name = f"{recipe.name}-tuned"
     tuned = apply(recipe, engine, c, name=name)
     m = artifact.manifest
@@ -612,8 +612,10 @@ def write_recipe(
         "pair": tuned.pair,
         "description": f"{recipe.name} tuned by `llamaspec tune` for "
         f"{', '.join(w.name for w in mix)}: {winner['label']}.",
-        "spec": tuned.spec.model_dump(exclude_none=True, exclude_defaults=True)
-        | {"types": list(tuned.spec.types)},
+        "spec": {
+            "types": list(tuned.spec.types),
+            **tuned.spec.model_dump(exclude_none=True, exclude_defaults=True, exclude={"types"}),
+        },
         "server": tuned.server.model_dump(exclude_none=True, exclude_defaults=True),
     }
     if tuned.server.extra:
