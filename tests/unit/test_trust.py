@@ -203,3 +203,47 @@ def test_stale_download_dirs_of_dead_processes_are_removed(tmp_path: Path) -> No
     assert "Could not download" in proc.stdout, proc.stdout + proc.stderr
     assert not stale.exists() and mine.exists()
     assert [p.name for p in (cache / "downloads").glob(".tmp-dl-*")] == [mine.name]
+
+
+# --- writable locations are checked before any work ----------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["file", "under-a-file", "uncreatable"])
+def test_bad_cache_location_is_one_paragraph(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llamaspec.paths import cache_dir
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    where = {"file": afile, "under-a-file": afile / "sub", "uncreatable": "/proc/llamaspec-x"}
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(where[kind]))
+    with pytest.raises(LlamaspecError, match="LLAMASPEC_CACHE=") as err:
+        cache_dir()
+    assert "writable directory" in err.value.message and "\n" not in err.value.message
+    # through the CLI: exit 2, no traceback
+    proc = subprocess.run(
+        [sys.executable, "-m", "llamaspec.cli", "patches", "export", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LLAMASPEC_CACHE": str(where[kind])},
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "LLAMASPEC_CACHE=" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["file", "uncreatable"])
+def test_bad_dist_is_refused_before_any_work(tmp_path: Path, kind: str) -> None:
+    from runcli import cli
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    dist = afile if kind == "file" else Path("/proc/llamaspec-dist")
+    t0 = time.monotonic()
+    proc = cli("build", "--dist", str(dist), env_cache=tmp_path / "cache")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    msg = " ".join(proc.stderr.split())
+    assert f"--dist {dist}" in msg and "Traceback" not in proc.stderr
+    assert "source:" not in proc.stdout  # nothing was fetched
+    assert time.monotonic() - t0 < 60

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -23,7 +24,7 @@ from llamaspec.engine.patch_queue import PatchedTree
 from llamaspec.engine.sources import sha256_file
 from llamaspec.engine.toolchain import Toolchain
 from llamaspec.errors import LlamaspecError
-from llamaspec.paths import cache_dir
+from llamaspec.paths import cache_dir, writable_dir
 
 BUILD_SUBDIR = ".llamaspec-build"
 # Time limits: generous (a CUDA build of every arch on 2 cores takes hours), but finite.
@@ -46,6 +47,20 @@ class Artifact:
     @property
     def server(self) -> Path:
         return self.path / "bin" / "llama-server"
+
+
+def check_dist(dist: Path) -> Path:
+    """Refuse an output folder that is a file or cannot be written, before any work."""
+    writable_dir(dist, f"--dist {dist}", "give --dist a directory you can write to")
+    try:
+        with tempfile.TemporaryFile(dir=dist):
+            pass
+    except OSError as exc:
+        raise LlamaspecError(
+            f"--dist {dist} is not writable ({exc.strerror or exc}); give --dist a directory "
+            "you can write to."
+        ) from None
+    return dist
 
 
 def load_artifact(dist: Path, artifact_id: str) -> Artifact:

@@ -42,6 +42,9 @@ class BuildSpec:
 
 
 def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> build_stage.Artifact:
+    # Every input is validated before any work, and before the tools are looked for: a typo
+    # is reported as a typo even on a machine without a compiler.
+    build_stage.check_dist(spec.dist)
     engines = config.load_engines(root)
     engine = engines[choose("engine", spec.engine, engines)]
     backend = backends.check_backend(spec.backend)
@@ -50,11 +53,12 @@ def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> bu
     selected = patches.select(
         series, engine.name, spec.patch, spec.no_patch, spec.no_default_patches
     )
+    sources.check_request(engine, spec.pin, spec.source, spec.source_dir)
+    locked = lockfile.load(root or _root())
+    lockfile.check_pin(engine, spec.pin or engine.pin, locked)
     tools = toolchain.detect()
     preflight.run(backend, tools, None, resolved.archs, resolved.defines).require()
     say = console.print
-    locked = lockfile.load(root or _root())
-    lockfile.check_pin(engine, spec.pin or engine.pin, locked)
     tree = sources.fetch(engine, spec.pin, spec.source, spec.source_dir, say)
     patched = patches.apply(
         tree,

@@ -383,6 +383,29 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
 # --- dispatch ----------------------------------------------------------------------------
 
 
+def check_request(
+    engine: Engine, pin: str | None, kind: SourceKind, source_dir: Path | None
+) -> None:
+    """Every check of a fetch request that needs no work: run before tools are looked for."""
+    if pin:
+        check_pin(pin, engine)
+    if kind == "local" or (source_dir is not None and kind == "auto"):
+        if source_dir is None:
+            raise LlamaspecError(
+                "--source local needs --source-dir DIR (a checkout of the engine)."
+            )
+        if not source_dir.expanduser().is_dir():
+            raise LlamaspecError(
+                f"--source-dir {source_dir} does not exist or is not a directory. Give the path "
+                f"of a {engine.name} checkout (the directory that holds CMakeLists.txt)."
+            )
+        return
+    if source_dir is not None:
+        raise LlamaspecError(f"--source-dir only goes with --source local (not --source {kind}).")
+    if kind == "pypi" and (engine.pypi is None or (pin or engine.pin) != engine.pin):
+        fetch_pypi(engine, pin or engine.pin, lambda _: None)  # raises the no-mirror error
+
+
 def fetch(
     engine: Engine,
     pin: str | None,
@@ -391,15 +414,11 @@ def fetch(
     say: Say,
 ) -> SourceTree:
     """Fetch stage entry point: resolve the source kind (with the PyPI fallback) and fetch."""
+    check_request(engine, pin, kind, source_dir)
     if kind == "local" or (source_dir is not None and kind == "auto"):
-        if source_dir is None:
-            raise LlamaspecError(
-                "--source local needs --source-dir DIR (a checkout of the engine)."
-            )
-        return fetch_local(engine, source_dir, check_pin(pin, engine) if pin else None, say)
-    if source_dir is not None:
-        raise LlamaspecError(f"--source-dir only goes with --source local (not --source {kind}).")
-    pin = check_pin(pin or engine.pin, engine)
+        assert source_dir is not None
+        return fetch_local(engine, source_dir, pin, say)
+    pin = pin or engine.pin
     if kind == "pypi":
         return fetch_pypi(engine, pin, say)
     try:
