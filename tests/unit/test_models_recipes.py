@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -196,7 +197,10 @@ def test_upstream_rendering_of_the_coder_pair() -> None:
     )
     cpu = recipes.render(recipe, "llama.cpp", "upstream", "t.gguf", "d.gguf", backend="cpu")
     assert "-ngl" not in cpu.argv and "--spec-draft-ngl" not in cpu.argv
-    assert any("GPU layers dropped" in n for n in cpu.notes)
+    assert cpu.notes == (
+        "dropped -ngl 99, --spec-draft-ngl 99: the build has nothing to offload to (a cpu "
+        "backend without the rpc variant); a GPU backend or --variant rpc keeps them",
+    )
 
 
 def test_ik_dialects_and_overrides() -> None:
@@ -209,6 +213,201 @@ def test_ik_dialects_and_overrides() -> None:
     mtp = recipes.render(all_recipes["qwen3.5-27b-mtp"], "ik_llama.cpp", "ik-spec-type", "t", None)
     assert mtp.argv[-2:] == ("--spec-type", "mtp:n_max=1,n_min=0,p_min=0.0")
     assert "--ctx-checkpoints" not in mtp.argv  # nulled for ik by the recipe
+
+
+def _spec_part(cmd: recipes.ServerCommand) -> str:
+    """The argv after the server settings (-m … --port N [-c N] [-np N] …)."""
+    argv = list(cmd.argv)
+    first = min(i for i, a in enumerate(argv) if a in dialects.SPEC_FLAGS | dialects.SPEC_SWITCHES)
+    return " ".join(argv[first:])
+
+
+def test_ik_legacy_speaks_ngram_types_and_mtp() -> None:
+    """ik_llama.cpp at 55d3c05 parses `--spec-type ngram-*` (one type) and `-mtp`; its
+    ngram-mod takes the lookup length from --spec-ngram-size-n and draft lengths from
+    --draft-max/--draft-min (common/common.cpp and common/speculative.cpp at that pin)."""
+    r = config.load_recipes(ROOT)
+    cases = {
+        "qwen3-8b-ngram": "--spec-type ngram-mod",
+        "qwen2.5-coder-7b-ngram": (
+            "--spec-type ngram-mod --draft-min 48 --draft-max 64 --spec-ngram-size-n 24"
+        ),
+        "glm-4.5-air-mtp": "-mtp --draft-max 1 --draft-min 0 --draft-p-min 0.0",
+        "deepseek-r1": "-md d --draft-max 12 --draft-min 0 --draft-p-min 0.5 -ngld 99 -ot exps=CPU",
+    }
+    for name, want in cases.items():
+        cmd = recipes.render(r[name], "ik_llama.cpp", "ik-legacy", "t", "d", backend="cuda")
+        assert _spec_part(cmd) == want, name
+    upstream = recipes.render(r["qwen2.5-coder-7b-ngram"], "llama.cpp", "upstream", "t", None)
+    assert _spec_part(upstream).endswith(
+        "--spec-ngram-mod-n-min 48 --spec-ngram-mod-n-max 64 --spec-ngram-mod-n-match 24"
+    )
+    legacy = recipes.render(r["qwen2.5-coder-7b-ngram"], "llama.cpp", "upstream-legacy", "t", None)
+    assert _spec_part(legacy) == "--spec-type ngram-mod"
+    assert "ngram_mod_n_min 48 dropped: the 'upstream-legacy' dialect has no flag for it" in (
+        legacy.notes
+    )
+
+
+def test_spec_args_go_through_the_recipe_renderer() -> None:
+    """smoke/verify/bench's SpecSettings render to what a one-type recipe renders to."""
+    m = Path("/m/d.gguf")
+    draft = dialects.SpecSettings("draft", m, n_max=8, p_min=0.0, draft_ngl=99)
+    assert dialects.spec_args("upstream", draft) == [
+        *("--spec-type", "draft-simple", "--spec-draft-model", "/m/d.gguf"),
+        *("--spec-draft-n-max", "8", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0.0"),
+        *("--spec-draft-ngl", "99"),
+    ]
+    assert dialects.spec_args("ik-legacy", draft) == [
+        *("-md", "/m/d.gguf", "--draft-max", "8", "--draft-min", "0", "--draft-p-min", "0.0"),
+        *("-ngld", "99"),
+    ]
+    assert dialects.spec_args("ik-spec-type", draft) == [
+        *("-md", "/m/d.gguf", "-ngld", "99", "--spec-type", "draft:n_max=8,n_min=0,p_min=0.0")
+    ]
+    ngram = dialects.SpecSettings("ngram-mod")
+    assert dialects.spec_args("upstream", ngram) == ["--spec-type", "ngram-mod"]
+    assert dialects.spec_args("ik-legacy", ngram) == ["--spec-type", "ngram-mod"]
+    assert dialects.spec_args("upstream", dialects.SpecSettings("mtp", n_max=1)) == [
+        *("--spec-type", "draft-mtp", "--spec-draft-n-max", "1", "--spec-draft-n-min", "0")
+    ]
+    with pytest.raises(LlamaspecError, match="asks for spec type mtp, which llama.cpp"):
+        dialects.spec_args("upstream-legacy", dialects.SpecSettings("mtp"))
+    with pytest.raises(LlamaspecError, match="needs a draft model path"):
+        dialects.spec_args("upstream", dialects.SpecSettings("draft"))
+    with pytest.raises(LlamaspecError, match="Unknown speculative CLI dialect 'ik'"):
+        dialects.spec_args("ik", draft)
+
+
+OFFLOAD_FLAGS = {
+    "-ngl", "-ngld", "--spec-draft-ngl", "-ot", "-devd", "--spec-draft-device", "--n-cpu-moe",
+    "-sm", "-mg", "-ts", "-dev",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_offload_options_follow_one_rule_in_every_dialect(dialect: str) -> None:
+    """Kept when the build can offload (GPU backend, or the rpc variant), dropped with a note
+    on a cpu build without rpc: for every recipe, also inside `server.extra`."""
+    engine = "ik_llama.cpp" if dialect.startswith("ik") else "llama.cpp"
+    extra = ("-sm", "layer", "-mg", "0", "-ts", "3,1", "-dev", "CUDA0", "--override-tensor=x=CPU")
+    for recipe in config.load_recipes(ROOT).values():
+        recipe = recipe.model_copy(
+            update={
+                "server": recipe.server.model_copy(update={"extra": recipe.server.extra + extra})
+            }
+        )
+        builds = {
+            "cpu": ("cpu", []),
+            "cpu+rpc": ("cpu", ["rpc"]),
+            "vulkan": ("vulkan", []),
+            "cuda": ("cuda", []),
+        }
+        for build, (backend, variants) in builds.items():
+            try:
+                cmd = recipes.render(
+                    recipe, engine, dialect, "t", "d", backend=backend, variants=variants
+                )
+            except LlamaspecError as exc:
+                assert "asks for spec type" in str(exc) or "stacks" in str(exc)
+                break
+            argv = set(cmd.argv)
+            assert ("--rpc" in argv) == (bool(recipe.server.rpc) and "rpc" in variants)
+            if build == "cpu":
+                assert not argv & OFFLOAD_FLAGS, (recipe.name, build, cmd.argv)
+                assert "--override-tensor=x=CPU" not in argv
+                assert any("nothing to offload to" in n for n in cmd.notes)
+                continue
+            if "extra" not in recipe.engines.get(engine, {}):  # not overridden for the engine
+                assert {"-sm", "-mg", "-ts", "-dev", "--override-tensor=x=CPU"} <= argv
+            if recipe.server.gpu_layers is not None:
+                assert "-ngl" in argv, (recipe.name, build)
+            assert not any("nothing to offload to" in n for n in cmd.notes)
+
+
+def test_without_an_artifact_a_recipe_naming_rpc_servers_keeps_offload() -> None:
+    recipe = config.load_recipes(ROOT)["llama-3.3-70b-rpc-draft"]
+    cmd = recipes.render(recipe, "llama.cpp", "upstream", "t", "d", backend="cpu")
+    assert {"--rpc", "-ngl", "--spec-draft-ngl", "--spec-draft-device"} <= set(cmd.argv)
+    ik = recipes.render(recipe, "ik_llama.cpp", "ik-legacy", "t", "d", backend="cpu", variants=[])
+    assert not {"--rpc", "-ngl", "-ngld", "-devd"} & set(ik.argv)
+    assert any(
+        n.startswith("dropped --rpc 192.168.1.20:50052: the build has no RPC") for n in ik.notes
+    )
+
+
+def _recipe(**kw) -> config.Recipe:
+    base = {"name": "x", "pair": "p", "description": "d", "spec": {"types": ["ngram-mod"]}}
+    return config.Recipe.model_validate({**base, **kw})
+
+
+def test_refusals_name_the_missing_spec_type_and_what_would_work() -> None:
+    eagle = _recipe(spec={"types": ["eagle3"]})
+    with pytest.raises(LlamaspecError) as exc:
+        recipes.render(eagle, "ik_llama.cpp", "ik-legacy", "t", "d", pin="55d3c05bf7b3")
+    text = str(exc.value)
+    assert "Recipe 'x' asks for spec type eagle3, which ik_llama.cpp at 55d3c05" in text
+    assert "ik_llama.cpp before its PR #1908" in text and "What would work:" in text
+    stacked = _recipe(spec={"types": ["draft", "ngram-mod"]})
+    with pytest.raises(LlamaspecError, match="runs one speculative method at a time"):
+        recipes.render(stacked, "llama.cpp", "upstream-legacy", "t", "d")
+    # An engine override that switches to a draft model on a pair without one says so.
+    override = _recipe(engines={"ik_llama.cpp": {"types": ["draft"]}})
+    with pytest.raises(LlamaspecError) as exc:
+        recipes.render(override, "ik_llama.cpp", "ik-legacy", "t", None, pin="55d3c05bf7b3")
+    text = " ".join(str(exc.value).split())
+    assert (
+        "Its `engines: ik_llama.cpp: types:` override switches to draft, but pair 'p' has no"
+        in (text)
+    )
+    assert "offers the draft-free types mtp, ngram-cache, ngram-map-k" in text
+    assert "or drop the override" in text
+    override = _recipe(spec={"types": ["eagle3"]}, engines={"ik_llama.cpp": {"types": ["draft"]}})
+    with pytest.raises(LlamaspecError) as exc:
+        recipes.render(override, "ik_llama.cpp", "ik-legacy", "t", None, pin="55d3c05bf7b3")
+    text = " ".join(str(exc.value).split())
+    assert "asks for eagle3, which ik_llama.cpp at 55d3c05 lacks" in text
+    assert "a recipe with a draft model, or an ik_llama.cpp pin after its PR #1908" in text
+
+
+def test_engine_spellings_live_only_in_the_dialect_module() -> None:
+    """No module but models/dialects.py spells an engine's speculative or offload flag."""
+    literals = re.compile(
+        r"""["'](--draft-max|--draft-min|--draft-p-min|--spec-draft-[a-z-]+|-md|--spec-type"""
+        r"""|-ngld|-ctkd|-ctvd|-devd|-mtp|-ngl|-ot|--override-tensor|--rpc|--ctx-checkpoints"""
+        r""")["'=\s]"""
+    )
+    # proof/ is being moved onto the dialect module (issue 14); until then bench.py keeps a
+    # list of speculative flags and smoke.py the ngram-mod knobs.
+    elsewhere = {"models/dialects.py", "proof/bench.py", "proof/smoke.py"}
+    package = ROOT / "src" / "llamaspec"
+    found = [
+        f"{path.relative_to(package)}:{n}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        if path.relative_to(package).as_posix() not in elsewhere
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if literals.search(line)
+    ]
+    assert not found, "\n".join(found)
+    assert literals.search((package / "models" / "dialects.py").read_text())
+
+
+def test_spec_type_choices_from_either_engine() -> None:
+    upstream = "--spec-type none,draft-simple,ngram-mod   comma-separated list"
+    assert dialects.spec_type_choices(upstream) == {"none", "draft-simple", "ngram-mod"}
+    ik = (
+        "  --spec-type Name [none | ngram - cache | ngram - simple | ngram - map - k | "
+        "ngram - map - k4v | ngram - mod] type of speculative decoding"
+    )
+    assert dialects.spec_type_choices(ik) == {
+        "none", "ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"
+    }  # fmt: skip
+    cmd = recipes.ServerCommand(("s", "--spec-type", "ngram-mod"), "ik-legacy")
+    recipes.check_against_help(cmd, ik, "ik")
+    bad = recipes.ServerCommand(("s", "--spec-type", "ngram-dflash"), "ik-legacy")
+    with pytest.raises(LlamaspecError, match="does not offer spec type ngram-dflash"):
+        recipes.check_against_help(bad, ik, "ik")
+    assert dialects.spec_type_choices("-m FNAME  model") is None
 
 
 def test_help_check_refuses_removed_and_unknown_flags() -> None:
@@ -254,8 +453,8 @@ def test_llama_swap_entry() -> None:
         (["models", "check", "lama-3.1-8b"], "Did you mean 'llama-3.1-8b'"),
         (["recipe", "show", "qwen3-8"], "Did you mean 'qwen3-8b'"),
         (
-            ["recipe", "show", "qwen2.5-coder-7b-ngram", "--engine", "ik_llama.cpp"],
-            "asks for spec type ngram-mod, which ik_llama.cpp",
+            ["recipe", "show", "glm-4.5-air-mtp", "--dialect", "upstream-legacy"],
+            "asks for spec type mtp, which llama.cpp at 0c1e570 (dialect 'upstream-legacy'",
         ),
         (["recipe", "show", "qwen3-8b", "--engine", "ik-llama"], "Did you mean 'ik_llama.cpp'"),
     ],
