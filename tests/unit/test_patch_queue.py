@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,49 @@ def test_export_and_import_make_diffs_available_offline(upstream, tmp_path, monk
     offline = make_engine(c["later"], git_url="https://invalid.invalid/x.git")
     assert patchsrc.import_diffs(tmp_path / "out") == 1
     assert patchsrc.commit_diff(offline, c["feature"], None, quiet) == text
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "no-record", "garbage-no-record"])
+def test_a_damaged_cached_diff_is_removed_and_fetched_again(upstream, damage: str) -> None:
+    repo, c = upstream
+    engine = make_engine(c["later"], git_url=repo.as_uri())
+    text = patchsrc.commit_diff(engine, c["feature"], None, quiet)
+    cached = patchsrc.diff_cache("llama.cpp") / f"{c['feature']}.diff"
+    record = cached.with_name(cached.name + ".sha256")
+    assert record.read_text().strip() == hashlib.sha256(text.encode()).hexdigest()
+    assert not list(cached.parent.glob(".tmp-*"))  # written via a temp file + rename
+    if damage == "truncate":
+        cached.write_text(text[: len(text) // 2])
+    elif damage == "flip":
+        cached.write_text(text.replace("return 1", "return 9"))
+    elif damage == "no-record":  # an entry from before digests: adopted when it parses
+        record.unlink()
+    else:
+        record.unlink()
+        cached.write_text("not a diff at all\n")
+    said: list[str] = []
+    assert patchsrc.commit_diff(engine, c["feature"], None, said.append) == text
+    fetched = any("fetching commit" in s for s in said)
+    assert fetched == (damage != "no-record"), said
+    assert cached.read_text() == text and record.is_file()
+
+
+def test_import_refuses_files_that_are_not_git_diffs(upstream, tmp_path, monkeypatch) -> None:
+    repo, c = upstream
+    engine = make_engine(c["later"], git_url=repo.as_uri())
+    text = patchsrc.commit_diff(engine, c["feature"], None, quiet)
+    out = tmp_path / "out"
+    assert patchsrc.export_diffs(["llama.cpp"], out) == 1
+    exported = out / "llama.cpp" / f"{c['feature']}.diff"
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "fresh-cache"))
+    exported.write_text("hello, I am not a diff\n")
+    with pytest.raises(LlamaspecError, match="is not a git diff"):
+        patchsrc.import_diffs(out)
+    exported.write_text(text.replace("return 1", "return 9"))  # a valid diff, but changed
+    with pytest.raises(LlamaspecError, match="does not match the sha256 recorded"):
+        patchsrc.import_diffs(out)
+    exported.with_name(exported.name + ".sha256").unlink()
+    exported.write_text(text[: text.rindex("@@")] + "@@ -1,2 +1,3 @@\n+x\n")  # a broken hunk
+    with pytest.raises(LlamaspecError, match="not a valid git diff"):
+        patchsrc.import_diffs(out)
+    assert not list(patchsrc.diff_cache("llama.cpp").iterdir())  # nothing was imported

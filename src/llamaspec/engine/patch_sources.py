@@ -2,12 +2,15 @@
 
 Diffs of engine commits are fetched shallowly (the commit and its parent), or read from a
 local mirror the user names, and cached under the user cache so rebuilds and air-gapped
-machines work (`llamaspec patches export DIR` / `import DIR`).
+machines work (`llamaspec patches export DIR` / `import DIR`). A cached diff is written
+atomically with its sha256 beside it (`<sha>.diff.sha256`) and checked on every read: a
+damaged entry is removed and fetched again.
 """
 
 from __future__ import annotations
 
-import shutil
+import hashlib
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -27,9 +30,66 @@ def diff_cache(engine: str) -> Path:
     return path
 
 
-def cached_diff(engine: str, sha: str) -> str | None:
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def check_diff(text: str, what: str) -> None:
+    """Refuse text that is not a git diff (`git apply --numstat` must parse every hunk)."""
+    if not text.startswith("diff --git "):
+        raise LlamaspecError(
+            f"{what} is not a git diff (it does not start with 'diff --git'); it may be "
+            "truncated or another file. Remove it, or export it again with `llamaspec patches "
+            "export DIR` on a machine that has it."
+        )
+    proc = gitutil.git("apply", "--numstat", "-", input_text=text, check=False, timeout=120)
+    if proc.returncode != 0:
+        why = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "unparseable"
+        raise LlamaspecError(
+            f"{what} is not a valid git diff ({why}); it is probably truncated or damaged. "
+            "Remove it, or export it again with `llamaspec patches export DIR`."
+        )
+
+
+def store_diff(engine: str, sha: str, text: str) -> None:
+    """Put a diff into the cache: the sha256 first, then the diff, each renamed into place."""
     path = diff_cache(engine) / f"{sha}.diff"
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+    _write_atomic(path.with_name(f"{sha}.diff.sha256"), _digest(text) + "\n")
+    _write_atomic(path, text)
+
+
+def cached_diff(engine: str, sha: str, say: Say | None = None) -> str | None:
+    """The cached diff of `sha` if it is intact; a damaged entry is removed (None)."""
+    path = diff_cache(engine) / f"{sha}.diff"
+    record = path.with_name(f"{sha}.diff.sha256")
+    if not path.is_file():
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+        want = record.read_text().strip() if record.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        text, want = "", ""
+    if want is None and text:  # written before digests were recorded: adopt it if it parses
+        try:
+            check_diff(text, str(path))
+        except LlamaspecError:
+            want = ""
+        else:
+            _write_atomic(record, _digest(text) + "\n")
+            return text
+    if want == _digest(text):
+        return text
+    if say is not None:
+        say(f"patches: the cached diff of {sha[:12]} is damaged; removing it and fetching again")
+    path.unlink(missing_ok=True)
+    record.unlink(missing_ok=True)
+    return None
 
 
 def _is_local_repo(source: str) -> Path | None:
@@ -49,7 +109,7 @@ def commit_diff(engine: Engine, sha: str, patch_source: str | None, say: Say) ->
             f"Patch commit {sha!r} is not a full SHA. Short SHAs and PR heads are resolved into "
             "llamaspec.lock by `nox -s lock` (needs the engine's remote or --patch-source DIR)."
         )
-    if (text := cached_diff(engine.name, sha)) is not None:
+    if (text := cached_diff(engine.name, sha, say)) is not None:
         return text
     source = patch_source or engine.git_url
     local = _is_local_repo(source)
@@ -83,7 +143,8 @@ def commit_diff(engine: Engine, sha: str, patch_source: str | None, say: Say) ->
                     "or llamaspec.lock."
                 )
             text = _diff(Path(tmp), sha)
-    (diff_cache(engine.name) / f"{sha}.diff").write_text(text, encoding="utf-8")
+    check_diff(text, f"The diff of commit {sha[:12]} from {source}")
+    store_diff(engine.name, sha, text)
     return text
 
 
@@ -132,8 +193,12 @@ def export_diffs(engine_names: list[str], dest: Path) -> int:
     n = 0
     for name in engine_names:
         for diff in diff_cache(name).glob("*.diff"):
+            text = cached_diff(name, diff.stem)
+            if text is None:  # damaged: removed, not exported
+                continue
             (dest / name).mkdir(exist_ok=True)
-            shutil.copy2(diff, dest / name / diff.name)
+            (dest / name / diff.name).write_text(text, encoding="utf-8")
+            (dest / name / f"{diff.name}.sha256").write_text(_digest(text) + "\n")
             n += 1
     return n
 
@@ -141,10 +206,25 @@ def export_diffs(engine_names: list[str], dest: Path) -> int:
 def import_diffs(src: Path) -> int:
     if not src.is_dir():
         raise LlamaspecError(f"{src} is not a directory written by `llamaspec patches export`.")
-    n = 0
-    for diff in src.glob("*/*.diff"):
+    found = sorted(src.glob("*/*.diff"))
+    checked = []
+    for diff in found:  # every file is checked before any enters the cache
         if not FULL_SHA.match(diff.stem):
             raise LlamaspecError(f"{diff} is not named <full sha>.diff; refusing to import it.")
-        shutil.copy2(diff, diff_cache(diff.parent.name) / diff.name)
-        n += 1
-    return n
+        try:
+            text = diff.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LlamaspecError(
+                f"{diff} cannot be read as text ({exc}); nothing was imported."
+            ) from None
+        check_diff(text, str(diff))
+        record = diff.with_name(f"{diff.name}.sha256")
+        if record.is_file() and record.read_text().strip() != _digest(text):
+            raise LlamaspecError(
+                f"{diff} does not match the sha256 recorded beside it ({record.name}): it was "
+                "changed or damaged after export. Export it again; nothing was imported."
+            )
+        checked.append((diff.parent.name, diff.stem, text))
+    for engine, sha, text in checked:
+        store_diff(engine, sha, text)
+    return len(checked)
