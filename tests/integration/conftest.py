@@ -41,3 +41,29 @@ def upstream_artifact(upstream_build: tuple[Artifact, str]) -> Artifact:
 @pytest.fixture(scope="session")
 def ik_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Artifact, str]:
     return _build("ik_llama.cpp", tmp_path_factory.mktemp("dist-ik"))
+
+
+@pytest.fixture(scope="session")
+def vulkan_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Artifact, str]:
+    """`doctor --fix-vulkan-headers` (used only where the system headers are too old), then
+    `build --backend vulkan --variant rpc`; the lavapipe smoke is its own (last) test."""
+    fix = llamaspec("doctor", "--backend", "vulkan", "--no-tree", "--fix-vulkan-headers")
+    assert fix.returncode == 0, fix.stdout + fix.stderr
+    dist = tmp_path_factory.mktemp("dist-vulkan")
+    proc = llamaspec(
+        "build",
+        "--backend",
+        "vulkan",
+        "--variant",
+        "rpc",
+        "--source",
+        "pypi",
+        "--dist",
+        str(dist),
+        "--no-smoke",
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    ids = [p.name for p in dist.iterdir() if (p / "manifest.json").is_file()]
+    assert len(ids) == 1, output
+    return load_artifact(dist, ids[0]), output

@@ -1,5 +1,6 @@
-"""Rendered recipes against the built upstream binary: its --help accepts them, and
-`llamaspec serve` starts a real server with the embedded pair, speculation engaged."""
+"""Every recipe rendered against every binary the suite builds (upstream CPU, ik_llama.cpp
+CPU, upstream Vulkan + rpc) and checked against that binary's --help; `llamaspec serve`
+starts a real server with the embedded pair, speculation engaged."""
 
 from __future__ import annotations
 
@@ -16,31 +17,122 @@ import pytest
 
 from llamaspec import config
 from llamaspec.engine.build import Artifact
-from llamaspec.models import recipes
-from llamaspec.proof.client import free_port, server_help
+from llamaspec.errors import LlamaspecError
+from llamaspec.models import dialects, recipes
+from llamaspec.proof.client import free_port, running, server_help
 
 from helpers import ROOT, llamaspec
 
 pytestmark = pytest.mark.integration
 
 
-def test_every_upstream_recipe_is_accepted_by_the_binary(upstream_artifact: Artifact) -> None:
-    help_text = server_help(upstream_artifact.server)
-    checked = 0
+def _render_all(artifact: Artifact) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Every recipe rendered for `artifact` (its engine, default-pin dialect, backend and
+    variants) and checked against its --help: {name: argv} passed, {name: why} refused."""
+    m = artifact.manifest
+    dialect = dialects.dialect_for(artifact, root=ROOT)
+    help_text = server_help(artifact.server)
+    passed: dict[str, list[str]] = {}
+    refused: dict[str, str] = {}
     for name, recipe in config.load_recipes(ROOT).items():
-        for backend in ("cpu", "cuda"):
+        try:
             cmd = recipes.render(
-                recipe, "llama.cpp", "upstream", "t.gguf", "d.gguf", backend=backend
+                recipe,
+                m["engine"],
+                dialect,
+                "t.gguf",
+                "d.gguf",
+                server=str(artifact.server),
+                backend=m["backend"],
+                variants=m.get("variants") or [],
+                pin=m["commit"],
             )
-            recipes.check_against_help(cmd, help_text, name)
-            checked += 1
-    assert checked >= 30
+        except LlamaspecError as exc:
+            refused[name] = " ".join(str(exc).split())
+            continue
+        recipes.check_against_help(cmd, help_text, f"{artifact.id} ({name})")
+        passed[name] = list(cmd.argv)
+    for name, why in refused.items():
+        # Refused only for a spec type this pin lacks, named; never for a hidden option.
+        wanted = config.load_recipes(ROOT)[name].for_engine(m["engine"]).spec.types
+        lacking = [t for t in wanted if t not in dialects.DIALECTS[dialect].types]
+        assert lacking and f"asks for spec type {', '.join(lacking)}" in why, (name, why)
+    return passed, refused
+
+
+OFFLOAD = set(dialects.OFFLOAD_ONLY)
+
+
+def test_every_recipe_against_the_upstream_cpu_binary(upstream_artifact: Artifact) -> None:
+    passed, refused = _render_all(upstream_artifact)
+    assert not refused and len(passed) == len(config.load_recipes(ROOT)) == 21
+    for name, argv in passed.items():
+        assert not OFFLOAD & set(argv), (name, argv)  # a cpu build: nothing to offload to
     # The pre-April-2026 spelling is refused by this binary, naming the flag.
     legacy = recipes.render(
         config.load_recipes(ROOT)["qwen3-8b"], "llama.cpp", "upstream-legacy", "t", "d"
     )
-    with pytest.raises(Exception, match="does not accept --draft-max"):
-        recipes.check_against_help(legacy, help_text, "upstream")
+    with pytest.raises(LlamaspecError, match="does not accept --draft-max"):
+        recipes.check_against_help(legacy, server_help(upstream_artifact.server), "upstream")
+
+
+def test_every_recipe_against_the_ik_cpu_binary(ik_build: tuple[Artifact, str]) -> None:
+    """ik_llama.cpp at its default pin (dialect ik-legacy): every recipe renders and passes
+    its --help. Its `--spec-type` takes one ngram type and `-mtp` switches MTP on, so the
+    ngram and MTP recipes render too; offload options are dropped (its CPU --help hides
+    -ngl, -ngld, -dev, -devd, and -ot is never listed)."""
+    artifact = ik_build[0]
+    passed, refused = _render_all(artifact)
+    assert not refused, refused
+    assert len(passed) == 21
+    assert passed["deepseek-r1"][-8:] == [
+        *("-md", "d.gguf", "--draft-max", "12", "--draft-min", "0", "--draft-p-min", "0.5")
+    ]
+    assert "-mtp" in passed["glm-4.5-air-mtp"]
+    assert passed["gemma3-270m-ngram"][-2:] == ["--spec-type", "ngram-mod"]
+    for name, argv in passed.items():
+        assert not OFFLOAD & set(argv), (name, argv)
+        assert "--rpc" not in argv  # no rpc variant
+    choices = dialects.spec_type_choices(server_help(artifact.server))
+    assert choices is not None and {"ngram-mod", "ngram-simple", "ngram-map-k"} <= choices
+
+
+def test_every_recipe_against_the_vulkan_rpc_binary(vulkan_build: tuple[Artifact, str]) -> None:
+    """A GPU backend with the rpc variant keeps every offload option."""
+    passed, refused = _render_all(vulkan_build[0])
+    assert not refused and len(passed) == 21
+    assert {"-ngl", "--spec-draft-ngl", "-ot"} <= set(passed["deepseek-r1"])
+    rpc = passed["llama-3.3-70b-rpc-draft"]
+    assert {"--rpc", "--spec-draft-device", "-ngl"} <= set(rpc)
+
+
+def test_ik_serves_the_ngram_recipe_at_its_default_pin(
+    ik_build: tuple[Artifact, str], gemma_path: Path, tmp_path: Path
+) -> None:
+    """The rendered `--spec-type ngram-mod` really runs on ik_llama.cpp 55d3c05, and greedy
+    output matches the plain server."""
+    artifact = ik_build[0]
+    cmd = recipes.render(
+        config.load_recipes(ROOT)["gemma3-270m-ngram"],
+        "ik_llama.cpp",
+        "ik-legacy",
+        gemma_path,
+        None,
+        backend="cpu",
+        variants=[],
+    )
+    args = list(cmd.argv[1:])
+    del args[args.index("--host") : args.index("--port") + 2]  # running() picks the port
+    prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n" * 6
+    body = {"prompt": prompt, "n_predict": 48, "temperature": 0, "cache_prompt": False}
+    plain = [a for a in args if a not in ("--spec-type", "ngram-mod")]
+    with running(artifact.server, plain, tmp_path / "plain.log") as srv:
+        ref = srv.post("/completion", body)["content"]
+    with running(artifact.server, args, tmp_path / "ngram.log") as srv:
+        out = srv.post("/completion", body)["content"]
+    log = (tmp_path / "ngram.log").read_text(errors="replace")
+    assert "ngram_mod" in log, log[-3000:]
+    assert out == ref
 
 
 def test_recipe_show_for_the_coder_pair(upstream_artifact: Artifact) -> None:

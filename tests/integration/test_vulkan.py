@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from llamaspec.engine import preflight
-from llamaspec.engine.build import Artifact, load_artifact
+from llamaspec.engine.build import Artifact
 from llamaspec.models import dialects
 from llamaspec.proof import smoke
 from llamaspec.proof.client import HOST, free_port, running
@@ -24,32 +24,6 @@ from llamaspec.proof.client import HOST, free_port, running
 from helpers import llamaspec
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def vulkan_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Artifact, str]:
-    """`doctor --fix-vulkan-headers` (used only where the system headers are too old), then
-    `build --backend vulkan --variant rpc`; the lavapipe smoke is its own (last) test."""
-    fix = llamaspec("doctor", "--backend", "vulkan", "--no-tree", "--fix-vulkan-headers")
-    assert fix.returncode == 0, fix.stdout + fix.stderr
-    dist = tmp_path_factory.mktemp("dist-vulkan")
-    proc = llamaspec(
-        "build",
-        "--backend",
-        "vulkan",
-        "--variant",
-        "rpc",
-        "--source",
-        "pypi",
-        "--dist",
-        str(dist),
-        "--no-smoke",
-    )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output
-    ids = [p.name for p in dist.iterdir() if (p / "manifest.json").is_file()]
-    assert len(ids) == 1, output
-    return load_artifact(dist, ids[0]), output
 
 
 def test_vulkan_manifest_records_backend_defines_and_headers(vulkan_build) -> None:
