@@ -86,7 +86,8 @@ def _record(path: Path) -> dict:
             f"Cannot read the build record {path} ({err}); give the file that "
             "`llamaspec docker build --out FILE` wrote."
         ) from None
-    if not isinstance(record, dict) or not record.get("tags") or "seconds" not in record:
+    tags = record.get("tags") if isinstance(record, dict) else None
+    if not tags or not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise LlamaspecError(
             f"{path} is not a build record (no tags); give the file that "
             "`llamaspec docker build --out FILE` wrote."

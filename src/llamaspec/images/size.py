@@ -32,6 +32,7 @@ def size_report(
     added, base_size = tool.added_bytes(ref, base)
     total = added + base_size
     cpu = manifest["backend"] == "cpu"
+    seconds = (record or {}).get("seconds") or {}
     report = {
         "image": ref,
         "base": base,
@@ -46,7 +47,7 @@ def size_report(
         "budget_mb": CPU_BUDGET_MB if cpu else None,
         "within_budget": added <= CPU_BUDGET_MB * 1e6 if cpu else None,
         "measured_with": tool.name,
-        "build_seconds": dict(record["seconds"]) if record else None,
+        "build_seconds": dict(seconds) if seconds else None,
     }
     reports.mkdir(parents=True, exist_ok=True)
     stem = reports / f"docker-size-{manifest['artifact_id']}"
@@ -65,10 +66,10 @@ def size_report(
         "",
         f"System libraries copied from the build image: {', '.join(libs) or 'none'}.",
     ]
-    if record:
+    if {"build_stage", "runtime_stage"} <= seconds.keys():
         md.append(
-            f"Build ({record['tool']}): build stage {record['seconds']['build_stage']} s, "
-            f"runtime stage {record['seconds']['runtime_stage']} s."
+            f"Build ({(record or {}).get('tool', '?')}): build stage {seconds['build_stage']} s, "
+            f"runtime stage {seconds['runtime_stage']} s."
         )
     if report["budget_mb"]:
         md.append(
