@@ -454,7 +454,7 @@ def test_llama_swap_entry() -> None:
         (["recipe", "show", "qwen3-8"], "Did you mean 'qwen3-8b'"),
         (
             ["recipe", "show", "glm-4.5-air-mtp", "--dialect", "upstream-legacy"],
-            "asks for spec type mtp, which llama.cpp at 0c1e570 (dialect 'upstream-legacy'",
+            "asks for spec type mtp, which llama.cpp (dialect 'upstream-legacy'",
         ),
         (["recipe", "show", "qwen3-8b", "--engine", "ik-llama"], "Did you mean 'ik_llama.cpp'"),
     ],

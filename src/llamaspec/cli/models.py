@@ -199,7 +199,7 @@ def _command(
         dialect = args.dialect or engines[engine].dialect
         backend = args.backend or "cuda"
         variants = None  # no build known: assume it has what the recipe asks for
-        pin = engines[engine].pin
+        pin = None if args.dialect else engines[engine].pin  # a forced dialect: no pin
         server = "llama-server"
     cmd = recipes.render(
         recipe,
