@@ -359,22 +359,72 @@ class Recipe(Frozen):
 M = TypeVar("M", bound=BaseModel)
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error.
+
+    Plain PyYAML keeps the last value silently, so a duplicated pair in models.yaml would
+    drop the first without a word. Keys merged in with `<<` may still be overridden."""
+
+
+def _unique_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[object, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: the constructor below says so
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping",
+                node.start_mark,
+                f"duplicate key {key!r} (first given at line {first + 1})",
+                key_node.start_mark,
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def load_yaml_text(text: str, source: str) -> object:
+    """Parse YAML text (duplicate keys refused); errors name `source`, the line and column."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        fix = (
+            "Keep one of the two entries (rename or remove the other)"
+            if problem.startswith("duplicate key")
+            else "Fix the file (a missing colon, a bad indent or an unclosed quote is the "
+            "usual cause)"
+        )
+        raise LlamaspecError(
+            f"{source} is not valid YAML{where}: {problem}. {fix} and run again."
+        ) from None
+
+
 def read_yaml(path: Path) -> object:
-    if not path.is_file():
+    if not path.exists():
         raise LlamaspecError(
             f"{path} does not exist. llamaspec reads it from the project checkout; run it from "
             "the repository root or set LLAMASPEC_ROOT to the checkout."
         )
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
+        text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise LlamaspecError(f"{path} is a directory, not a YAML file; name the file.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else f"not UTF-8 text ({exc.reason})"
         raise LlamaspecError(
-            f"{path} is not valid YAML{where}: {problem}. Fix the file (a missing colon, a bad "
-            "indent or an unclosed quote is the usual cause) and run again."
+            f"{path} cannot be read ({why}). Check its permissions and contents."
         ) from None
+    return load_yaml_text(text, str(path))
 
 
 def _field_names(model: type[BaseModel], loc: tuple) -> list[str]:

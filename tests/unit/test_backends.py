@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +230,80 @@ def test_readme_documents_every_profile_and_variant_define() -> None:
     assert flags.markdown() in (ROOT / "README.md").read_text(), (
         "README's profile tables are stale: paste llamaspec.flags.markdown() into README.md"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "meaning"),
+    [
+        ("ON", True),
+        ("on", True),
+        ("Yes", True),
+        ("y", True),
+        ("1", True),
+        ("2", True),
+        ("-1", True),
+        ("0.5", True),
+        ("OFF", False),
+        ("no", False),
+        ("N", False),
+        ("0", False),
+        ("0.0", False),
+        ("", False),
+        ("IGNORE", False),
+        ("NOTFOUND", False),
+        ("CUDA-NOTFOUND", False),
+        ("maybe", None),
+        ("enabled", None),
+        ("disable", None),
+    ],
+)
+def test_cmake_booleans_are_judged_as_cmake_does(value: str, meaning: bool | None) -> None:
+    assert flags.cmake_bool(value) is meaning
+
+
+@pytest.mark.parametrize(("value", "on"), [("maybe", None), ("enabled", None), ("2", True)])
+def test_backend_switch_values_are_read_as_cmake_reads_them(value: str, on: bool | None) -> None:
+    define = flags.parse_define(f"GGML_CUDA={value}", "--define")
+    if on is None:
+        with pytest.raises(LlamaspecError, match=f"GGML_CUDA={value} .* neither ON nor OFF"):
+            backends.check_conflicts("cpu", [define])
+    else:  # CMake reads 2 as true: a CUDA build, not the cpu build asked for
+        with pytest.raises(LlamaspecError, match="turns on the cuda backend"):
+            backends.check_conflicts("cpu", [define])
+    with pytest.raises(LlamaspecError, match="GGML_CUDA"):
+        resolve_options(BuildSpec(backend="cpu", defines=(f"GGML_CUDA={value}",)), "llama.cpp")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("jobs: yes\n", "jobs"),
+        ("jobs: '4'\n", "jobs"),
+        ("jobs: -4\n", "jobs"),
+    ],
+)
+def test_jobs_must_be_a_positive_integer(tmp_path, monkeypatch, text, message) -> None:
+    _config(tmp_path, monkeypatch, text)
+    with pytest.raises(LlamaspecError, match=message):
+        resolve_options(BuildSpec(backend="cpu"), "llama.cpp")
+
+
+@pytest.mark.parametrize("jobs", [0, -4])
+def test_cli_jobs_below_one_are_refused(jobs: int, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("LLAMASPEC_CONFIG", os.devnull)
+    with pytest.raises(LlamaspecError, match=f"--jobs {jobs} is not a number of parallel"):
+        resolve_options(BuildSpec(backend="cpu", jobs=jobs), "llama.cpp")
+
+
+@pytest.mark.parametrize("kind", ["directory", "missing", "not-utf8"])
+def test_llamaspec_config_must_name_a_readable_file(tmp_path, monkeypatch, kind: str) -> None:
+    path = tmp_path / "config.yaml"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "not-utf8":
+        path.write_bytes(b"jobs: \xff\n")
+    monkeypatch.setenv("LLAMASPEC_CONFIG", str(path))
+    message = {"directory": "is a directory", "missing": "does not exist", "not-utf8": "not UTF-8"}
+    with pytest.raises(LlamaspecError, match=message[kind]) as err:
+        resolve_options(BuildSpec(backend="cpu"), "llama.cpp")
+    assert "\n" not in err.value.message

@@ -118,3 +118,40 @@ def test_real_series_has_the_two_seed_patches() -> None:
     opens = [p for p in by_id.values() if p.state == "open"]
     assert {p.upstream.pr for p in opens if p.upstream} == {25592, 28118, 1976}
     assert not any(p.default for p in opens)
+
+
+def test_a_duplicate_pair_key_in_models_yaml_names_key_and_line(tmp_path: Path) -> None:
+    text = (ROOT / "models.yaml").read_text()
+    assert text.rstrip().splitlines()[-1].startswith("    ")  # pairs is the last section
+    dup_at = text.count("\n") + 1
+    (tmp_path / "models.yaml").write_text(
+        text + "  gemma3-270m-self:\n    target: gemma-3-270m-q4_k_m\n    spec: ngram\n"
+    )
+    first = 1 + text[: text.index("\n  gemma3-270m-self:")].count("\n") + 1
+    with pytest.raises(LlamaspecError) as err:
+        config.load_models(tmp_path)
+    assert (
+        f"at line {dup_at}, column 3: duplicate key 'gemma3-270m-self' (first given at line "
+        f"{first})" in err.value.message
+    )
+
+
+def test_duplicate_keys_are_refused_in_every_yaml_file(tmp_path: Path) -> None:
+    root = write_root(tmp_path, (ROOT / "engines.yaml").read_text(), "patches: []\npatches: []\n")
+    with pytest.raises(LlamaspecError, match="duplicate key 'patches'.*line 1"):
+        config.load_series(root)
+    # merge keys may still be overridden, as YAML intends
+    assert config.load_yaml_text("a: &x {k: 1}\nb:\n  <<: *x\n  k: 2\n", "t") == {
+        "a": {"k": 1},
+        "b": {"k": 2},
+    }
+
+
+def test_unreadable_yaml_is_one_paragraph(tmp_path: Path) -> None:
+    (tmp_path / "engines.yaml").mkdir()
+    with pytest.raises(LlamaspecError, match="is a directory"):
+        config.load_engines(tmp_path)
+    (tmp_path / "engines.yaml").rmdir()
+    (tmp_path / "engines.yaml").write_bytes(b"engines:\n  \xff\xfe: x\n")
+    with pytest.raises(LlamaspecError, match="cannot be read .not UTF-8"):
+        config.load_engines(tmp_path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from llamaspec.engine.profiles import Define
+from llamaspec.engine.profiles import Define, cmake_bool
 from llamaspec.errors import LlamaspecError, choose
 
 BACKENDS = ("cpu", "cuda", "vulkan")
@@ -24,7 +24,6 @@ SWITCHES = {
     "GGML_KOMPUTE": "kompute",
     "GGML_CANN": "cann",
 }
-_ON = {"ON", "TRUE", "YES", "1", "Y"}
 _ARCH = re.compile(r"^(\d{2,3})([af]?)(-real|-virtual)?$")
 ARCH_KEYWORDS = ("native", "all", "all-major")
 
@@ -68,7 +67,13 @@ def check_conflicts(backend: str, defines: Sequence[Define]) -> None:
         owner = SWITCHES.get(d.name)
         if owner is None:
             continue
-        on = d.value.upper() in _ON
+        on = cmake_bool(d.value)
+        if on is None:
+            raise LlamaspecError(
+                f"{d.name}={d.value} (from {d.origin}) is neither ON nor OFF. CMake would read "
+                f"{d.value!r} as true and build the {owner} backend, which is rarely what was "
+                f"meant; write {d.name}=ON or {d.name}=OFF."
+            )
         if on and owner != backend:
             problems.append(
                 f"{d.name}={d.value} (from {d.origin}) turns on the {owner} backend but the "

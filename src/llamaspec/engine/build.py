@@ -24,7 +24,7 @@ from llamaspec.engine.patch_queue import PatchedTree
 from llamaspec.engine.sources import sha256_file
 from llamaspec.engine.toolchain import Toolchain
 from llamaspec.errors import LlamaspecError
-from llamaspec.paths import cache_dir, writable_dir
+from llamaspec.paths import cache_dir
 
 BUILD_SUBDIR = ".llamaspec-build"
 # Time limits: generous (a CUDA build of every arch on 2 cores takes hours), but finite.
@@ -50,16 +50,23 @@ class Artifact:
 
 
 def check_dist(dist: Path) -> Path:
-    """Refuse an output folder that is a file or cannot be written, before any work."""
-    writable_dir(dist, f"--dist {dist}", "give --dist a directory you can write to")
+    """Refuse an output folder that is a file or cannot be written, before any work.
+
+    Nothing is left behind: a missing folder is not created yet, only shown creatable."""
+    fix = "give --dist a directory you can write to"
+    existing = dist.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = f"--dist {dist}" + ("" if existing == dist.absolute() else f" (its {existing})")
+        raise LlamaspecError(f"{what} is a file, not a directory; {fix}.")
     try:
-        with tempfile.TemporaryFile(dir=dist):
-            pass
+        probe = Path(tempfile.mkdtemp(prefix=".llamaspec-probe-", dir=existing))
     except OSError as exc:
         raise LlamaspecError(
-            f"--dist {dist} is not writable ({exc.strerror or exc}); give --dist a directory "
-            "you can write to."
+            f"--dist {dist} cannot be written ({exc.strerror or exc} in {existing}); {fix}."
         ) from None
+    probe.rmdir()
     return dist
 
 
@@ -165,7 +172,7 @@ def build(
     flags.check_known(defines, declared)
     aid = artifact_id(engine, patched, backend, defines, tools)
     out = dist / aid
-    rpc_on = any(d.name == "GGML_RPC" and d.value.upper() == "ON" for d in defines)
+    rpc_on = any(d.name == "GGML_RPC" and flags.cmake_bool(d.value) for d in defines)
     extra_targets = rpc_targets(patched.path) if rpc_on else []
     if (out / "manifest.json").is_file():
         art = load_artifact(dist, aid)

@@ -18,7 +18,7 @@ from llamaspec.engine import build as build_stage
 from llamaspec.engine import patch_queue as patches
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import user_config as userconfig
-from llamaspec.errors import choose
+from llamaspec.errors import LlamaspecError, choose
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,11 @@ class Options:
 
 def resolve_options(spec: BuildSpec, engine: str) -> Options:
     """Merge the user config under the CLI and validate it all before any work starts."""
+    if spec.jobs is not None and spec.jobs < 1:
+        raise LlamaspecError(
+            f"--jobs {spec.jobs} is not a number of parallel compile jobs; give 1 or more "
+            "(or leave it out: the build then uses every core)."
+        )
     user, path = userconfig.load()
     mine = user.for_backend(spec.backend)
     origin = f"user config {path}"

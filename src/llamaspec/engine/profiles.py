@@ -10,7 +10,26 @@ from pathlib import Path
 from llamaspec.errors import LlamaspecError, did_you_mean
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.+-]*$")
-BOOL_VALUES = {"ON", "OFF", "TRUE", "FALSE", "YES", "NO", "1", "0"}
+# CMake's boolean constants (case-insensitive); numbers are true unless zero.
+CMAKE_TRUE = frozenset({"1", "ON", "YES", "TRUE", "Y"})
+CMAKE_FALSE = frozenset({"0", "OFF", "NO", "FALSE", "N", "IGNORE", "NOTFOUND", ""})
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def cmake_bool(value: str) -> bool | None:
+    """How CMake reads `value` as a boolean constant: True, False, or None when it is none.
+
+    True: 1, ON, YES, TRUE, Y, a non-zero number. False: 0, OFF, NO, FALSE, N, IGNORE,
+    NOTFOUND, the empty string, anything ending in -NOTFOUND, a zero number. Anything else
+    (`maybe`, `enabled`) is not a constant: CMake's `if(VAR)` would then read it as true."""
+    upper = value.upper()
+    if upper in CMAKE_TRUE:
+        return True
+    if upper in CMAKE_FALSE or upper.endswith("-NOTFOUND"):
+        return False
+    if _NUMBER.match(value):
+        return float(value) != 0
+    return None
 
 
 @dataclass(frozen=True)

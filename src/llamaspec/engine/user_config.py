@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import platformdirs
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, StrictInt
 
 from llamaspec.config import Frozen, parse, read_yaml
+from llamaspec.errors import LlamaspecError
 
 
 def _cmake_value(value: object) -> str:
@@ -38,7 +39,7 @@ class BackendDefaults(Frozen):
 class UserConfig(Frozen):
     """`config.yaml`: jobs, variants, defines and CUDA archs, overall or per backend."""
 
-    jobs: Annotated[int, Field(gt=0)] | None = None
+    jobs: Annotated[StrictInt, Field(gt=0)] | None = None  # `jobs: yes` is not 1
     variants: tuple[str, ...] = ()
     defines: dict[str, CMakeValue] = Field(default_factory=dict)
     cuda_arch: CMakeValue | None = None
@@ -66,8 +67,23 @@ def config_path() -> Path:
 
 def load(path: Path | None = None) -> tuple[UserConfig, Path | None]:
     """The validated user config and where it came from (None: no file, all defaults)."""
+    named = path is not None or bool(os.environ.get("LLAMASPEC_CONFIG"))
     path = path or config_path()
-    if not path.is_file():
+    if named and not path.exists():
+        raise LlamaspecError(
+            f"LLAMASPEC_CONFIG names {path}, which does not exist. Point it at your config.yaml "
+            "or unset it to use the default location."
+        )
+    if path.is_dir():
+        raise LlamaspecError(
+            f"The user config {path} is a directory; "
+            + (
+                "point LLAMASPEC_CONFIG at the config.yaml file inside it, or unset it."
+                if named
+                else "remove it or put a config.yaml file there."
+            )
+        )
+    if not path.exists():
         return UserConfig(), None
     raw = read_yaml(path)
     return parse(UserConfig, raw if raw is not None else {}, str(path)), path
