@@ -1,10 +1,10 @@
-"""Equivalence classification and acceptance parsing (no server needed)."""
+"""The smoke's pass rule, the quantized comparison (information) and acceptance parsing."""
 
 from __future__ import annotations
 
 import pytest
 
-from llamaspec.proof import smoke
+from llamaspec.proof import smoke, verify
 from llamaspec.proof.smoke import Completion
 
 pytestmark = pytest.mark.unit
@@ -22,14 +22,14 @@ def test_near_tie_inside_margin() -> None:
     v = smoke.classify(c([1, 2, 3, 4]), c([1, 2, 9, 9]), (3, {3: -1.0, 9: -1.2, 5: -3.0}))
     assert (v.kind, v.position) == ("near-tie", 2)
     assert v.delta_nats == pytest.approx(0.2)
-    assert "near-tie at token 2 (Δ=0.200 nats)" in v.describe()
+    assert "differs at token 2 (Δ=0.200 nats)" in v.describe()
 
 
 def test_hard_outside_margin_or_outside_top_k() -> None:
     far = smoke.classify(
         c([1, 2]), c([1, 7]), (2, {2: -0.1, 7: -0.1 - smoke.NEAR_TIE_MARGIN_NATS - 0.01})
     )
-    assert far.kind == "hard" and "HARD DIVERGENCE at token 1" in far.describe()
+    assert far.kind == "hard" and "differs at token 1" in far.describe()
     absent = smoke.classify(c([1, 2]), c([1, 7]), (2, {2: -0.1}))
     assert absent.kind == "hard" and "not in the reference's top" in absent.describe()
 
@@ -41,7 +41,7 @@ def test_reference_that_no_longer_reproduces_is_hard() -> None:
 
 def test_speculative_prefix_that_stops_early_is_short_and_longer_is_hard() -> None:
     short = smoke.classify(c([1, 2, 3]), c([1, 2]), None)
-    assert short.kind == "short" and "stopped after 2 tokens" in short.describe()
+    assert short.kind == "short" and "stopped early after 2 tokens" in short.describe()
     assert smoke.classify(c([1, 2]), c([1, 2, 3]), None).kind == "hard"
 
 
@@ -54,20 +54,29 @@ def test_log_acceptance_sums_ik_style_lines() -> None:
     assert smoke.log_acceptance("nothing here") is None
 
 
-def test_report_pass_needs_acceptance_and_no_hard_divergence() -> None:
+def _strict(kind: str, accepted: int = 4) -> smoke.StrictResult:
+    case = verify.Case("code", "sequential", kind, None if kind == "identical" else 3)
+    return smoke.StrictResult("code", "draft", case, 5, accepted)
+
+
+def test_report_passes_on_the_strict_comparison_not_the_quantized_one() -> None:
     report = smoke.SmokeReport("id", "draft", [])
-    ok = smoke.PromptResult("p", c([1]), c([1], 5, 4), smoke.Verdict("identical"))
-    report.results.append(ok)
-    assert report.passed and report.to_json()["acceptance"] == 0.8
-    none = smoke.SmokeReport(
-        "id",
-        "draft",
-        [],
-        [smoke.PromptResult("p", c([1]), c([1], 5, 0), smoke.Verdict("identical"))],
-    )
-    assert not none.passed
-    report.results.append(smoke.PromptResult("q", c([1]), c([2], 5, 5), smoke.Verdict("hard", 0)))
-    assert not report.passed
+    report.results.append(smoke.PromptResult("p", c([1]), c([2], 5, 4), smoke.Verdict("hard", 0)))
+    assert not report.passed  # no strict comparison ran: nothing is proven
+    report.strict.append(_strict("identical"))
+    assert report.passed  # a quantized difference is information, not a failure
+    assert report.to_json()["acceptance"] == 0.8
+    report.strict.append(_strict("different"))
+    assert not report.passed and report.strict_failures[0].case.kind == "different"
+
+
+def test_strict_short_output_fails_unless_it_is_a_known_defect() -> None:
+    assert not smoke.SmokeReport("id", "draft", [], strict=[_strict("short")]).passed
+    assert smoke.SmokeReport("id", "draft", [], strict=[_strict("known-defect")]).passed
+
+
+def test_report_needs_accepted_drafts() -> None:
+    assert not smoke.SmokeReport("id", "draft", [], strict=[_strict("identical", 0)]).passed
 
 
 def test_prompts_include_one_of_at_least_32_tokens() -> None:
@@ -89,13 +98,10 @@ def test_text_mode_identical_and_near_tie_on_piece_boundaries() -> None:
     assert far.kind == "hard"
 
 
-def test_text_mode_shorter_output_is_short_not_hard() -> None:
+def test_text_mode_shorter_output_is_short() -> None:
     ref = t(["The", " cat", " sat"])
     v = smoke.classify(ref, Completion((), "The cat", 1.0, 1, 1), None)
     assert (v.kind, v.position) == ("short", 2)
-    report = smoke.SmokeReport("id", "draft", [], [smoke.PromptResult("p", ref, ref, v)])
-    report.results[0].speculative = Completion((), "The cat", 1.0, 4, 4)
-    assert report.passed
 
 
 def test_log_acceptance_with_padded_counts() -> None:

@@ -90,12 +90,14 @@ def test_dialect_probe_from_help() -> None:
 def test_methods_follow_the_binary() -> None:
     upstream_help = "--spec-type none,draft-simple,ngram-simple,ngram-map-k,ngram-mod\n"
     upstream_help += "--spec-ngram-mod-n-min N\n"
-    methods = verify.methods_for("upstream", upstream_help, None, has_mtp=False)  # type: ignore[arg-type]
+    methods = verify.methods_for("upstream", upstream_help, Path("d.gguf"), has_mtp=False)
     names = [m.name if isinstance(m, verify.Method) else m for m in methods]
     assert names[:4] == ["draft", "ngram-simple", "ngram-map-k", "ngram-mod"]
     assert names[-1] == "mtp: the model has no MTP heads"
-    old = verify.methods_for("ik-legacy", "--spec-type ngram-simple", None, False)  # type: ignore[arg-type]
+    old = verify.methods_for("ik-legacy", "--spec-type ngram-simple", Path("d.gguf"), False)
     assert "ngram-mod: not in this binary's --spec-type list" in old
+    draft = next(m for m in methods if isinstance(m, verify.Method) and m.name == "draft")
+    assert "d.gguf" in draft.argv
 
 
 def test_verify_prompts_cover_short_code_prose_and_chat() -> None:

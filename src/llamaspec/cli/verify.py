@@ -4,30 +4,53 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from rich.console import Console
 
 from llamaspec.errors import LlamaspecError
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    v = sub.add_parser("verify", help="equivalence suite: speculation changes nothing but speed")
+    v = sub.add_parser(
+        "verify",
+        help="equivalence suite: strict tier on F32 reference copies, per-token oracle tier",
+    )
     v.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
     v.add_argument("--dist", type=Path, default=Path("dist"))
-    v.add_argument(
-        "--method",
-        action="append",
-        default=[],
-        help="only these methods (draft, ngram-simple, ngram-map-k, ngram-mod, mtp)",
-    )
     v.add_argument(
         "--model",
         choices=["embedded", "hybrid"],
         action="append",
         default=[],
-        help="embedded Gemma pair (default) and/or the random hybrid qwen35 model",
+        help="built-in models (default: embedded, and hybrid on llama.cpp builds)",
+    )
+    v.add_argument(
+        "--tier",
+        choices=["strict", "oracle", "both"],
+        default="both",
+        help="built-in models: strict (F32 reference, token-identical), oracle (per-token "
+        "gaps on the quantized model) or both (default)",
+    )
+    v.add_argument("--recipe", help="verify a recipe's own settings (oracle tier)")
+    v.add_argument("--target", type=Path, help="verify your own target GGUF (oracle tier)")
+    v.add_argument("--draft", type=Path, help="with --target: a draft GGUF")
+    v.add_argument(
+        "--spec",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="with --target: draft, ngram-simple, ngram-map-k, ngram-mod or mtp",
+    )
+    v.add_argument(
+        "--strict",
+        action="store_true",
+        help="with --recipe/--target: add the strict tier on F32 reference copies",
+    )
+    v.add_argument(
+        "--method",
+        action="append",
+        default=[],
+        help="built-in models: only these methods (draft, ngram-simple, ngram-map-k, ngram-mod)",
     )
     v.add_argument(
         "--mode",
@@ -44,40 +67,59 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         return False
     from llamaspec.engine.build import load_artifact, newest_artifact
     from llamaspec.models.dialects import dialect_for
-    from llamaspec.models.embedded import embedded_model
-    from llamaspec.proof import verify
-    from llamaspec.proof.hybrid import hybrid_model
+    from llamaspec.proof import suite
 
+    _check(args)
     artifact = load_artifact(args.dist, args.artifact or newest_artifact(args.dist))
     dialect = dialect_for(artifact, console.print)
-    failed = []
-    for which in args.model or ["embedded"]:
-        methods = args.method or None
-        if which == "embedded":
-            model = draft = embedded_model(console.print)
-        else:
-            # The target is a random hybrid (recurrent + attention) model and its draft
-            # another one with other weights: drafts get rejected, and every rejection
-            # restores a context checkpoint. ngram-mod drafts from the context instead.
-            model = hybrid_model(artifact, console, seed=1)
-            draft = hybrid_model(artifact, console, seed=2)
-            methods = methods or ["draft", "ngram-mod"]
-        report = verify.verify(
+    if args.recipe:
+        outcome = suite.for_recipe(
+            artifact, dialect, args.recipe, args.strict, args.mode, args.reports, console
+        )
+    elif args.target:
+        outcome = suite.for_files(
             artifact,
             dialect,
-            model,
+            args.target,
+            args.draft,
+            args.spec,
+            args.strict,
+            args.mode,
             args.reports,
             console,
-            methods=methods,
-            tag=which,
-            draft=draft,
-            modes=args.mode,
         )
-        if not report.passed:
-            failed.append(which)
-    if failed:
+    else:
+        which = args.model or (
+            ["embedded", "hybrid"]
+            if artifact.manifest.get("engine") == "llama.cpp"
+            else ["embedded"]
+        )
+        tiers = ["strict", "oracle"] if args.tier == "both" else [args.tier]
+        outcome = suite.builtin(
+            artifact, dialect, which, tiers, args.method or None, args.mode, args.reports, console
+        )
+    if outcome.failed:
         raise LlamaspecError(
-            f"verify found hard divergences ({', '.join(failed)}); see the reports in "
-            f"{args.reports}/ for both continuations at each divergence."
+            f"verify failed: {', '.join(outcome.failed)}. The reports in {args.reports}/ show "
+            "both continuations and the per-token gaps at each difference."
         )
     return True
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Options that only mean something together are refused apart, before any work."""
+    own = args.recipe or args.target
+    if args.recipe and args.target:
+        raise LlamaspecError("Give --recipe or --target, not both.")
+    if own and (args.model or args.method):
+        raise LlamaspecError(
+            "--model/--method choose built-in models and methods; a --recipe or --target run "
+            "verifies exactly its own settings. Drop one of them."
+        )
+    if not args.target and (args.draft or args.spec):
+        raise LlamaspecError("--draft and --spec go with --target FILE.")
+    if args.strict and not own:
+        raise LlamaspecError(
+            "--strict adds the strict tier to a --recipe or --target run; the built-in models "
+            "choose tiers with --tier."
+        )

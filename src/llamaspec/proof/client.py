@@ -1,9 +1,17 @@
-"""Run a llama-server on a free loopback port, wait for it, talk to it, stop it."""
+"""The one llama-server client: start a server on loopback, wait for it, talk to it, stop it.
+
+Smoke, verify and bench all speak to servers through this module: `/health`, greedy
+`/completion` (token ids where the engine returns them, per-token probabilities where it
+does not), top-k log-probabilities, `/tokenize`, `/detokenize`, `/metrics` and the
+OpenAI-compatible chat endpoint.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,9 +25,49 @@ import httpx
 from llamaspec.errors import LlamaspecError
 from llamaspec.models.dialects import server_help
 
-__all__ = ["HOST", "Server", "free_port", "running", "server_help", "tail"]
+__all__ = [
+    "HOST",
+    "Completion",
+    "Prompt",
+    "Server",
+    "Token",
+    "base_args",
+    "complete",
+    "free_port",
+    "log_acceptance",
+    "request",
+    "running",
+    "server_help",
+    "tail",
+    "token_key",
+    "top_logprobs_at",
+]
 
 HOST = "127.0.0.1"
+TOP_K = 10
+N_PREDICT = 64
+
+Token = int | str
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A named greedy request: its text and how many tokens to generate."""
+
+    name: str
+    text: str
+    n_predict: int = N_PREDICT
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One greedy reply: the tokens (ids, or texts where the server gives no ids) and stats."""
+
+    tokens: tuple[Token, ...]
+    text: str
+    predicted_per_second: float
+    draft_n: int | None
+    draft_accepted: int | None
 
 
 def free_port() -> int:
@@ -66,6 +114,56 @@ class Server:
         if r.status_code != 200:
             raise self.failure(f"{path} answered HTTP {r.status_code}: {r.text[:500]}")
         return r.json()
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        """Token ids of `text` as the server's /completion would see it (BOS included)."""
+        reply = self.post("/tokenize", {"content": text, "add_special": add_special})
+        return [int(t["id"]) if isinstance(t, dict) else int(t) for t in reply.get("tokens", [])]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return str(self.post("/detokenize", {"tokens": list(tokens)}).get("content", ""))
+
+    def metrics(self) -> dict[str, float]:
+        """The Prometheus counters of /metrics (server started with --metrics), by name."""
+        try:
+            text = httpx.get(self.url + "/metrics", timeout=10).text
+        except httpx.HTTPError:
+            return {}
+        out = {}
+        for m in re.finditer(r"^([a-zA-Z_:][\w:]*)\s+([-0-9.eE+]+)$", text, re.M):
+            out[m.group(1)] = float(m.group(2))
+        return out
+
+    def chat_stream(self, content: str, max_tokens: int = 32) -> tuple[str, dict]:
+        """A streamed greedy chat request through the OpenAI client: (text, last timings)."""
+        try:
+            from openai import OpenAI
+        except ImportError:
+            raise LlamaspecError(
+                "The OpenAI client is not installed; the smoke test uses it to check the "
+                "OpenAI-compatible endpoint. Install it with `pip install 'llamaspec[smoke]'` "
+                "(or `pip install openai`), then run again."
+            ) from None
+        client = OpenAI(base_url=self.url + "/v1", api_key="llamaspec", timeout=300)
+        text, timings = "", {}
+        try:
+            stream = client.chat.completions.create(
+                model="target",
+                temperature=0,
+                max_tokens=max_tokens,
+                stream=True,
+                messages=[{"role": "user", "content": content}],
+                extra_body={"timings_per_token": True},
+            )
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    text += chunk.choices[0].delta.content
+                timings = (chunk.model_extra or {}).get("timings") or timings
+        except Exception as exc:  # the client raises many types; all mean the same here
+            raise self.failure(
+                f"the OpenAI-compatible /v1/chat/completions failed: {exc}"
+            ) from None
+        return text, timings
 
 
 @contextlib.contextmanager
@@ -128,3 +226,114 @@ def _stop(proc: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def base_args(model: Path, ctx: int = 4096, slots: int = 1) -> list[str]:
+    """Server settings for reproducible greedy runs (requests also turn off prompt reuse)."""
+    return ["-m", str(model), "-c", str(ctx), "-np", str(slots), "--no-warmup"]
+
+
+def request(
+    prompt: Prompt | str | Sequence[int],
+    n_predict: int | None = None,
+    n_probs: int = 0,
+    cache_prompt: bool = False,
+) -> dict:
+    """A greedy /completion request that returns token ids (prompt: text or token ids)."""
+    text = prompt.text if isinstance(prompt, Prompt) else prompt
+    default = prompt.n_predict if isinstance(prompt, Prompt) else N_PREDICT
+    return {
+        "prompt": text if isinstance(text, str) else list(text),
+        "n_predict": n_predict if n_predict is not None else default,
+        "temperature": 0.0,
+        "top_k": 1,
+        "seed": 0,
+        "cache_prompt": cache_prompt,
+        "return_tokens": True,
+        "n_probs": n_probs,
+        "stream": False,
+    }
+
+
+_ACCEPT = re.compile(r"draft acceptance rate = [\d.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)")
+
+
+def log_acceptance(log_text: str) -> tuple[int, int] | None:
+    """(accepted, drafted) from server-log acceptance lines (ik_llama.cpp reports it there)."""
+    found = _ACCEPT.findall(log_text)
+    if not found:
+        return None
+    return sum(int(a) for a, _ in found), sum(int(g) for _, g in found)
+
+
+def token_key(entry: dict) -> Token:
+    """A generated token's identity: its id, or its text where the server gives no ids
+    (older probability format: {"content", "probs": [{"tok_str", "prob"}]})."""
+    return int(entry["id"]) if "id" in entry else str(entry.get("content", entry.get("tok_str")))
+
+
+def complete(server: Server, prompt: Prompt) -> Completion:
+    """One greedy request; token ids come from `tokens`, or (engines without
+    `return_tokens`, e.g. ik_llama.cpp) from per-token `completion_probabilities`."""
+    n_probs = 0 if server.returns_tokens is not False else 1
+    before = server.log.stat().st_size if server.log.exists() else 0
+    reply = server.post("/completion", request(prompt, n_probs=n_probs))
+    if reply.get("tokens") is None:
+        if n_probs == 0:
+            server.returns_tokens = False
+            return complete(server, prompt)
+        probs = reply.get("completion_probabilities")
+        if probs is None:
+            raise server.failure("the server returned neither token ids nor token probabilities")
+        reply["tokens"] = [token_key(p) for p in probs]
+    timings = reply.get("timings", {})
+    draft_n, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+    if draft_n is None:
+        time.sleep(0.2)  # the slot's summary is logged just after the reply
+        with server.log.open(errors="replace") as fh:
+            fh.seek(before)
+            counts = log_acceptance(fh.read())
+        if counts:
+            accepted, draft_n = counts
+    return Completion(
+        tokens=tuple(reply["tokens"]),
+        text=reply.get("content", ""),
+        predicted_per_second=float(timings.get("predicted_per_second", 0.0)),
+        draft_n=draft_n,
+        draft_accepted=accepted,
+    )
+
+
+def _top(entry: dict) -> dict[Token, float]:
+    if "top_logprobs" in entry:
+        return {int(t["id"]): float(t["logprob"]) for t in entry["top_logprobs"]}
+    return {
+        str(t["tok_str"]): math.log(t["prob"]) if t["prob"] > 0 else -math.inf
+        for t in entry.get("probs", [])
+    }
+
+
+def top_logprobs_at(
+    server: Server, prompt: Prompt, position: int
+) -> tuple[Token, dict[Token, float]]:
+    """The reference's chosen token and its top-k {token: logprob} at `position`."""
+    reply = server.post("/completion", request(prompt, n_predict=position + 1, n_probs=TOP_K))
+    probs = reply.get("completion_probabilities") or []
+    if len(probs) <= position:
+        raise server.failure(f"the reference returned no probabilities for token {position}")
+    entry = probs[position]
+    return token_key(entry), _top(entry)
+
+
+def next_token_logprobs(server: Server, tokens: Sequence[int]) -> tuple[int, dict[int, float]]:
+    """The server's greedy next token after exactly `tokens`, and its top-k log-probabilities.
+
+    The prompt cache is on, so consecutive prefixes of one output evaluate one new token each."""
+    reply = server.post(
+        "/completion", request(tokens, n_predict=1, n_probs=TOP_K, cache_prompt=True)
+    )
+    probs = reply.get("completion_probabilities") or []
+    if not probs:
+        raise server.failure("the reference returned no probabilities for the next token")
+    top = _top(probs[0])
+    return int(token_key(probs[0])), {int(k): v for k, v in top.items()}

@@ -1,15 +1,24 @@
 """Equivalence suite: speculation must change nothing but speed.
 
-For each speculative method the binary supports, greedy outputs with and without
-speculation are compared token by token, sequentially and then in parallel on several
-slots. A numeric envelope is measured first, without any speculation, from server
-configurations that change only kernel shapes; a speculative divergence is a near-tie
-when the reference's own log-probabilities put it inside that envelope, else it is hard.
+Two tiers, for every speculative method the binary supports, sequentially and on
+parallel slots:
+
+- **strict**, on a reference copy of the model in F32 (proof.reference): greedy output with
+  speculation must be token-identical to output without it. There is no threshold: a
+  difference, or an output that stops early, fails, reported with both continuations and
+  the per-token gaps of the speculative output.
+- **oracle**, for quantized and users' models: every emitted token is judged by a plain
+  server's log-probabilities given exactly the emitted prefix (proof.oracle). The envelope
+  is the plain output's own largest gap under configurations that change only kernel
+  shapes (parallel slots, micro-batches, flash attention); a speculative token whose gap
+  exceeds it is a hard divergence.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -23,11 +32,20 @@ from rich.table import Table
 from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
-from llamaspec.proof import smoke
-from llamaspec.proof.client import Server, running, server_help
-from llamaspec.proof.smoke import Completion, Prompt, Verdict
+from llamaspec.proof import oracle as oracle_mod
+from llamaspec.proof.client import (
+    Completion,
+    Prompt,
+    Server,
+    base_args,
+    complete,
+    running,
+    server_help,
+)
+from llamaspec.proof.defects import Defect, known_defect
 
 PARALLEL_SLOTS = 4
+Say = Callable[[str], None]
 
 CHAT_TURNS = (
     "Write a quicksort in C with comments.",
@@ -56,16 +74,29 @@ def average_price(items):
     return total / len(items)
 """
 
+CODE = Prompt(
+    "code",
+    "Write a C function that reverses a singly linked list in place. Put a short comment "
+    "above every step, then a main() that builds a list of five nodes, reverses it and "
+    "prints the values.\n\n```c\n#include <stdio.h>\n#include <stdlib.h>\n",
+)
+PROSE = Prompt(
+    "prose",
+    "The printing press changed how ideas travelled across Europe. Before it, books were "
+    "copied by hand, which made them rare and expensive. In a few sentences, explain what "
+    "changed for ordinary readers in the fifty years after 1450:\n\n",
+)
+REWRITE = Prompt(
+    "rewrite",
+    "Rewrite this Python code, renaming `items` to `products`, and keep everything else "
+    f"exactly as it is.\n\n```python\n{REWRITE_SOURCE}```\n\n```python\n",
+    96,
+)
 VERIFY_PROMPTS: tuple[Prompt, ...] = (
     Prompt("short", "The capital of France is", 32),
-    smoke.SMOKE_PROMPTS[0],
-    smoke.SMOKE_PROMPTS[1],
-    Prompt(
-        "rewrite",
-        "Rewrite this Python code, renaming `items` to `products`, and keep everything else "
-        f"exactly as it is.\n\n```python\n{REWRITE_SOURCE}```\n\n```python\n",
-        96,
-    ),
+    CODE,
+    PROSE,
+    REWRITE,
     Prompt(
         "chat",
         "".join(f"User: {turn}\nAssistant: {reply}\n" for turn, reply in CHAT_HISTORY)
@@ -77,18 +108,25 @@ VERIFY_PROMPTS: tuple[Prompt, ...] = (
 
 @dataclass(frozen=True)
 class Method:
-    """A speculative method and the settings the suite runs it with."""
+    """A speculative method and the server arguments that turn it on."""
 
     name: str
-    settings: dialects.SpecSettings
-    tuning: tuple[str, ...] = ()
+    argv: tuple[str, ...]
 
 
 @dataclass
-class Divergence:
+class Case:
+    """One prompt in one mode: how the speculative output compares with the reference."""
+
     prompt: str
     mode: str
-    verdict: Verdict
+    kind: str  # identical | different | short | longer | known-defect | over-envelope | within
+    position: int | None = None
+    max_gap: float | None = None
+    over: list[str] = field(default_factory=list)  # tokens over the envelope, described
+    reference: str = ""
+    speculative: str = ""
+    defect: str | None = None
 
 
 @dataclass
@@ -96,23 +134,31 @@ class MethodResult:
     method: str
     argv: list[str]
     skipped: str | None = None
-    identical: int = 0
-    near_tie: int = 0
-    short: int = 0
-    hard: int = 0
+    cases: list[Case] = field(default_factory=list)
     drafted: int = 0
     accepted: int = 0
-    divergences: list[Divergence] = field(default_factory=list)
+
+    def count(self, kind: str, mode: str | None = None) -> int:
+        return sum(1 for c in self.cases if c.kind == kind and mode in (None, c.mode))
+
+    @property
+    def failures(self) -> list[Case]:
+        return [
+            c for c in self.cases if c.kind in ("different", "short", "longer", "over-envelope")
+        ]
+
+    def max_gap(self, mode: str | None = None) -> float | None:
+        gaps = [c.max_gap for c in self.cases if c.max_gap is not None and mode in (None, c.mode)]
+        return max(gaps) if gaps else None
 
 
 @dataclass
 class Envelope:
-    """How far apart (reference log-prob) tokens flipped without any speculation."""
+    """The plain output's own largest per-token gap under shape-only configurations."""
 
     configs: list[str]
-    flips: list[dict]
-    max_delta: float
-    threshold: float
+    max_gap: float
+    by_config: dict[str, float] = field(default_factory=dict)
     failures: list[dict] = field(default_factory=list)
 
 
@@ -120,17 +166,50 @@ class Envelope:
 class VerifyReport:
     artifact_id: str
     tag: str
+    tier: str
     model: str
-    envelope: Envelope
     methods: list[MethodResult]
+    envelope: Envelope | None = None
+    reference_sha256: str | None = None
+    oracle_requests: int = 0
     wall_seconds: float = 0.0
 
     @property
     def passed(self) -> bool:
-        return all(m.hard == 0 for m in self.methods if m.skipped is None)
+        ran = [m for m in self.methods if m.skipped is None]
+        return bool(ran) and all(not m.failures for m in ran)
 
     def to_json(self) -> dict:
-        return {**asdict(self), "passed": self.passed}
+        out = asdict(self)
+        out["passed"] = self.passed
+        for m, mj in zip(self.methods, out["methods"], strict=True):
+            mj["summary"] = {
+                mode: {
+                    "identical": m.count("identical", mode),
+                    "failed": sum(1 for c in m.failures if c.mode == mode),
+                    "max_gap": _finite(m.max_gap(mode)),
+                }
+                for mode in ("sequential", "parallel")
+            }
+            mj["identical"] = m.count("identical")
+            mj["failed"] = len(m.failures)
+        return _json_safe(out)
+
+
+def _finite(x: float | None) -> float | str | None:
+    if x is None:
+        return None
+    return "outside top-10" if math.isinf(x) else round(x, 4)
+
+
+def _json_safe(obj: object) -> object:
+    if isinstance(obj, float) and math.isinf(obj):
+        return "inf"
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_safe(v) for v in obj]
+    return obj
 
 
 def determinism_args(help_text: str) -> list[str]:
@@ -146,91 +225,283 @@ def takes_fa_value(help_text: str) -> bool:
     return re.search(r"--flash-attn\s*[\[(][^\])]*\boff\b", help_text) is not None
 
 
+def ngram_tuning(help_text: str) -> list[str]:
+    """Shorter ngram-mod matches and drafts than the defaults (48/64 tokens draft nothing on
+    short outputs), where the binary has the knobs."""
+    if "--spec-ngram-mod-n-min" not in dialects.help_flags(help_text):
+        return []
+    return [
+        "--spec-ngram-mod-n-min",
+        "4",
+        "--spec-ngram-mod-n-max",
+        "16",
+        "--spec-ngram-mod-n-match",
+        "8",
+    ]
+
+
 def methods_for(dialect: str, help_text: str, draft: Path, has_mtp: bool) -> list[Method | str]:
     """The methods this binary supports; unsupported ones come back as a reason string."""
-    out: list[Method | str] = [Method("draft", dialects.SpecSettings("draft", draft, n_max=8))]
+    spec = dialects.SpecSettings
+    out: list[Method | str] = [
+        Method(
+            "draft", tuple(dialects.spec_args(dialect, spec("draft", draft, n_max=8, p_min=0.0)))
+        )
+    ]
     for name in ("ngram-simple", "ngram-map-k", "ngram-mod"):
         if name not in help_text:
             out.append(f"{name}: not in this binary's --spec-type list")
             continue
-        tuning = tuple(smoke.ngram_tuning(help_text)) if name == "ngram-mod" else ()
-        out.append(Method(name, dialects.SpecSettings(name), tuning))  # type: ignore[arg-type]
+        try:
+            argv = dialects.spec_args(dialect, spec(name))  # type: ignore[arg-type]
+        except LlamaspecError as exc:
+            out.append(f"{name}: {exc.message.split('. ')[0]}")
+            continue
+        tuning = ngram_tuning(help_text) if name == "ngram-mod" else []
+        out.append(Method(name, (*argv, *tuning)))
     if has_mtp:
-        out.append(Method("mtp", dialects.SpecSettings("mtp", n_max=1)))
+        out.append(Method("mtp", tuple(dialects.spec_args(dialect, spec("mtp", n_max=1)))))
     else:
         out.append("mtp: the model has no MTP heads")
     return out
 
 
-def _run(server: Server, prompts: Sequence[Prompt], parallel: bool) -> list[Completion]:
+def choose_methods(
+    available: Sequence[Method | str], wanted: Sequence[str] | None, binary: Path
+) -> list[Method | str]:
+    if not wanted:
+        return list(available)
+    known = [m.name for m in available if isinstance(m, Method)]
+    unknown = [m for m in wanted if m not in known]
+    if unknown:
+        raise LlamaspecError(
+            f"{binary} does not support speculative method(s) {', '.join(unknown)}; it "
+            f"supports: {', '.join(known)}."
+        )
+    return [m for m in available if isinstance(m, Method) and m.name in wanted]
+
+
+def run_prompts(server: Server, prompts: Sequence[Prompt], parallel: bool) -> list[Completion]:
     if not parallel:
-        return [smoke.complete(server, p) for p in prompts]
+        return [complete(server, p) for p in prompts]
     with ThreadPoolExecutor(max_workers=PARALLEL_SLOTS) as pool:
-        return list(pool.map(lambda p: smoke.complete(server, p), prompts))
+        return list(pool.map(lambda p: complete(server, p), prompts))
 
 
-def _probe(ref: Server, prompt: Prompt, r: Completion, s: Completion, threshold: float) -> Verdict:
-    pos = smoke.divergence(r, s)
-    top = None
-    if pos is not None and pos < len(r.tokens):
-        top = smoke.top_logprobs_at(ref, prompt, pos)
-    verdict = smoke.classify(r, s, top, margin=threshold)
-    return smoke.with_text(ref, verdict, r, s)
+def _first_difference(a: Sequence, b: Sequence) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _continuation(server: Server, c: Completion, pos: int) -> str:
+    """A little context, then ⟦what the run chose⟧ from `pos` on."""
+    before, after = c.tokens[max(0, pos - 8) : pos], c.tokens[pos : pos + 12]
+    if c.tokens and isinstance(c.tokens[0], str):
+        return f"…{''.join(map(str, before))}⟦{''.join(map(str, after))}⟧…"
+    return f"…{server.detokenize(before)}⟦{server.detokenize(after)}⟧…"  # type: ignore[arg-type]
+
+
+def compare(
+    prompt: Prompt,
+    mode: str,
+    ref: Completion,
+    spec: Completion,
+    ref_server: Server,
+    defect: Defect | None,
+) -> Case:
+    """Strict comparison: identical, or a failure of a named kind (short, longer, different)."""
+    pos = _first_difference(ref.tokens, spec.tokens)
+    if pos is None:
+        return Case(prompt.name, mode, "identical")
+    if pos == len(spec.tokens):
+        kind = "short"
+    elif pos == len(ref.tokens):
+        kind = "longer"
+    else:
+        kind = "different"
+    case = Case(
+        prompt.name,
+        mode,
+        kind,
+        pos,
+        reference=_continuation(ref_server, ref, pos) if pos < len(ref.tokens) else "(ended)",
+        speculative=_continuation(ref_server, spec, pos) if pos < len(spec.tokens) else "(ended)",
+    )
+    if kind == "short" and defect is not None:
+        case.kind, case.defect = "known-defect", defect.describe()
+    return case
+
+
+def _gaps(orc: oracle_mod.Oracle | None, prompt: Prompt, c: Completion) -> list[oracle_mod.Gap]:
+    if orc is None or not c.tokens or not isinstance(c.tokens[0], int):
+        return []
+    return orc.gaps(prompt, c.tokens)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a verify run serves: target and draft files, server arguments, prompts."""
+
+    target: Path
+    draft: Path
+    base: tuple[str, ...]
+    prompts: tuple[Prompt, ...]
+
+
+def strict(
+    artifact: Artifact,
+    dialect: str,
+    setup: Setup,
+    methods: Sequence[Method | str],
+    modes: Sequence[str],
+    logs: Path,
+    console: Console,
+) -> list[MethodResult]:
+    """Token identity with and without speculation, on a reference (F32) model."""
+    defect = known_defect(artifact.manifest, "short-output")
+    results: list[MethodResult] = []
+    with contextlib.ExitStack() as stack:
+        ref = stack.enter_context(
+            running(artifact.server, list(setup.base), logs / "reference.log")
+        )
+        console.print(f"verify: strict: reference run ({len(setup.prompts)} prompts)")
+        refs = run_prompts(ref, setup.prompts, parallel=False)
+        orc: oracle_mod.Oracle | None = None
+        for m in methods:
+            if isinstance(m, str):
+                name, why = m.split(": ", 1)
+                results.append(MethodResult(name, [], skipped=why))
+                continue
+            res = _run_method(artifact, setup, m, modes, logs, console)
+            result: MethodResult = res["result"]
+            for mode, outs in res["outputs"].items():
+                for p, r, s in zip(setup.prompts, refs, outs, strict=True):
+                    case = compare(p, mode, r, s, ref, defect)
+                    if case.kind in ("different", "longer", "short"):
+                        if orc is None:  # a plain one-slot server, only when needed
+                            osrv = stack.enter_context(_oracle_server(artifact, setup, logs))
+                            orc = oracle_mod.Oracle(osrv)
+                        gaps = _gaps(orc, p, s)
+                        case.max_gap = oracle_mod.max_gap(gaps) if gaps else None
+                        case.over = [oracle_mod.describe(g) for g in gaps if g.gap > 0][:8]
+                    result.cases.append(case)
+            results.append(result)
+    return results
+
+
+def _oracle_server(artifact: Artifact, setup: Setup, logs: Path):
+    """A plain one-slot server for per-token checks (prompt cache on)."""
+    args = [*base_args(setup.target, ctx=8192, slots=1), *setup.base[6:]]
+    return running(artifact.server, args, logs / "oracle.log")
+
+
+def _run_method(
+    artifact: Artifact,
+    setup: Setup,
+    m: Method,
+    modes: Sequence[str],
+    logs: Path,
+    console: Console,
+) -> dict:
+    res = MethodResult(m.name, [Path(a).name if Path(a).is_file() else a for a in m.argv])
+    outputs: dict[str, list[Completion]] = {}
+    with running(artifact.server, [*setup.base, *m.argv], logs / f"{m.name}.log") as srv:
+        for mode, parallel in (("sequential", False), ("parallel", True)):
+            if modes and mode not in modes:
+                continue
+            console.print(f"verify: {m.name}: {mode}")
+            outs = run_prompts(srv, setup.prompts, parallel)
+            res.drafted += sum(o.draft_n or 0 for o in outs)
+            res.accepted += sum(o.draft_accepted or 0 for o in outs)
+            outputs[mode] = outs
+    return {"result": res, "outputs": outputs}
 
 
 def measure_envelope(
-    server_bin: Path,
-    base: list[str],
+    artifact: Artifact,
+    setup: Setup,
     help_text: str,
-    ref: Server,
-    refs: Sequence[Completion],
-    prompts: Sequence[Prompt],
+    orc: oracle_mod.Oracle,
     logs: Path,
-    say: Callable[[str], None],
+    say: Say,
 ) -> Envelope:
-    """Run the prompts without speculation under shape-only changes; record flip margins."""
-    configs: list[tuple[str, list[str], bool]] = [("parallel slots", [], True)]
+    """The plain output's own largest gap: no speculation, shape-only configurations."""
+    configs: list[tuple[str, list[str], bool]] = [
+        ("sequential", [], False),
+        ("parallel slots", [], True),
+        ("micro-batch 4", ["-ub", "4"], False),
+        ("micro-batch 16", ["-ub", "16"], False),
+    ]
     if takes_fa_value(help_text):
         configs.append(("flash attention on", ["-fa", "on"], False))
-    configs.append(("micro-batch 16", ["-ub", "16"], False))
-    # the shapes draft verification runs (2-9 tokens), which GPUs serve with other kernels
-    # than one token or sixteen
-    configs.append(("micro-batch 4", ["-ub", "4"], False))
-    flips: list[dict] = []
-    failures: list[dict] = []
+    env = Envelope([c[0] for c in configs], 0.0)
     for name, extra, parallel in configs:
-        say(f"verify: envelope: {name}")
+        say(f"verify: oracle: envelope: {name}")
         log = logs / f"envelope-{name.replace(' ', '-')}.log"
         try:
-            with running(server_bin, [*base, *extra], log) as srv:
-                outs = _run(srv, prompts, parallel)
+            with running(artifact.server, [*setup.base, *extra], log) as srv:
+                outs = run_prompts(srv, setup.prompts, parallel)
         except LlamaspecError as exc:
             # An engine that crashes under a configuration the suite does not depend on is
             # reported (with its log kept), not allowed to hide the speculative results.
             first = str(exc).splitlines()[0]
             say(f"verify: envelope: {name} FAILED, skipped: {first} (log: {log})")
-            failures.append({"config": name, "error": first, "log": str(log)})
+            env.failures.append({"config": name, "error": first, "log": log.name})
             continue
-        for p, r, o in zip(prompts, refs, outs, strict=True):
-            v = _probe(ref, p, r, o, threshold=float("inf"))
-            if v.kind != "identical":
-                flips.append(
-                    {
-                        "config": name,
-                        "prompt": p.name,
-                        "position": v.position,
-                        "delta_nats": v.delta_nats,
-                    }
-                )
-    deltas = [f["delta_nats"] for f in flips if f["delta_nats"] is not None]
-    max_delta = max(deltas, default=0.0)
-    return Envelope(
-        [c[0] for c in configs],
-        flips,
-        max_delta,
-        max(max_delta, smoke.NEAR_TIE_MARGIN_NATS),
-        failures,
-    )
+        worst = max(
+            (
+                oracle_mod.max_gap(_gaps(orc, p, o))
+                for p, o in zip(setup.prompts, outs, strict=True)
+            ),
+            default=0.0,
+        )
+        env.by_config[name] = round(worst, 4)
+        env.max_gap = max(env.max_gap, worst)
+    return env
+
+
+def oracle_tier(
+    artifact: Artifact,
+    dialect: str,
+    setup: Setup,
+    methods: Sequence[Method | str],
+    modes: Sequence[str],
+    logs: Path,
+    console: Console,
+    help_text: str,
+) -> tuple[list[MethodResult], Envelope, int]:
+    """Every emitted token's gap against the plain server's choice, within the envelope."""
+    defect = known_defect(artifact.manifest, "short-output")
+    results: list[MethodResult] = []
+    with _oracle_server(artifact, setup, logs) as osrv:
+        orc = oracle_mod.Oracle(osrv)
+        env = measure_envelope(artifact, setup, help_text, orc, logs, console.print)
+        console.print(f"verify: oracle: envelope {env.max_gap:.3f} nats {env.by_config}")
+        with running(artifact.server, list(setup.base), logs / "reference.log") as ref:
+            refs = run_prompts(ref, setup.prompts, parallel=False)
+            for m in methods:
+                if isinstance(m, str):
+                    name, why = m.split(": ", 1)
+                    results.append(MethodResult(name, [], skipped=why))
+                    continue
+                res = _run_method(artifact, setup, m, modes, logs, console)
+                result: MethodResult = res["result"]
+                for mode, outs in res["outputs"].items():
+                    for p, r, s in zip(setup.prompts, refs, outs, strict=True):
+                        case = compare(p, mode, r, s, ref, defect)
+                        gaps = _gaps(orc, p, s)
+                        case.max_gap = oracle_mod.max_gap(gaps) if gaps else None
+                        over = [g for g in gaps if g.gap > env.max_gap]
+                        case.over = [oracle_mod.describe(g) for g in over][:8]
+                        if case.kind in ("different", "longer") and gaps:
+                            case.kind = "over-envelope" if over else "within"
+                        elif case.kind == "identical" and over:
+                            case.kind = "over-envelope"  # the plain reference itself drifted
+                        result.cases.append(case)
+                results.append(result)
+        return results, env, orc.requests
 
 
 def verify(
@@ -239,132 +510,214 @@ def verify(
     model: Path,
     out_dir: Path,
     console: Console,
+    *,
+    tier: str = "strict",
     prompts: Sequence[Prompt] = VERIFY_PROMPTS,
     methods: Sequence[str] | None = None,
     has_mtp: bool = False,
     tag: str = "embedded",
     draft: Path | None = None,
     modes: Sequence[str] = (),
+    spec: Method | None = None,
+    reference_sha256: str | None = None,
 ) -> VerifyReport:
-    """Run the suite; write verify-<artifact>.json/.md into `out_dir`; return the report."""
+    """Run one tier; write verify-<artifact>-<tag>[-oracle].json/.md into `out_dir`.
+
+    `spec` replaces the method sweep with one configuration (a recipe's own settings)."""
     t0 = time.monotonic()
     help_text = server_help(artifact.server)
-    base = [
-        *smoke.base_args(model, ctx=4096 * PARALLEL_SLOTS, slots=PARALLEL_SLOTS),
+    base = (
+        *base_args(model, ctx=4096 * PARALLEL_SLOTS, slots=PARALLEL_SLOTS),
         *determinism_args(help_text),
-    ]
-    logs = out_dir / f"verify-{artifact.id}-{tag}-logs"
-    chosen = methods_for(dialect, help_text, draft or model, has_mtp)
-    if methods:
-        known = [m.name for m in chosen if isinstance(m, Method)]
-        unknown = [m for m in methods if m not in known]
-        if unknown:
-            raise LlamaspecError(
-                f"{artifact.server} does not support speculative method(s) {', '.join(unknown)}; "
-                f"it supports: {', '.join(known)}."
-            )
-        chosen = [m for m in chosen if isinstance(m, Method) and m.name in methods]
-    results: list[MethodResult] = []
-    with running(artifact.server, base, logs / "reference.log") as ref:
-        console.print(f"verify: reference run ({len(prompts)} prompts, no speculation)")
-        refs = _run(ref, prompts, parallel=False)
-        env = measure_envelope(
-            artifact.server, base, help_text, ref, refs, prompts, logs, console.print
+    )
+    setup = Setup(model, draft or model, base, tuple(prompts))
+    name = tag if tier == "strict" else f"{tag}-oracle"
+    logs = out_dir / f"verify-{artifact.id}-{name}-logs"
+    if spec is not None:
+        chosen: list[Method | str] = [spec]
+    else:
+        available = methods_for(dialect, help_text, setup.draft, has_mtp)
+        chosen = choose_methods(available, methods, artifact.server)
+    for m in chosen:
+        if isinstance(m, Method):
+            dialects.check_help(list(m.argv), help_text, str(artifact.server))
+    if tier == "strict":
+        results = strict(artifact, dialect, setup, chosen, modes, logs, console)
+        report = VerifyReport(artifact.id, name, tier, model.name, results, None, reference_sha256)
+    else:
+        results, env, n = oracle_tier(
+            artifact, dialect, setup, chosen, modes, logs, console, help_text
         )
-        console.print(
-            f"verify: numeric envelope {env.max_delta:.3f} nats "
-            f"({len(env.flips)} flips); near-tie threshold {env.threshold:.3f}"
-        )
-        for m in chosen:
-            if isinstance(m, str):
-                name, why = m.split(": ", 1)
-                results.append(MethodResult(name, [], skipped=why))
-                continue
-            argv = [*dialects.spec_args(dialect, m.settings), *m.tuning]
-            dialects.check_help(argv, help_text, str(artifact.server))
-            # Reports name model files, never this machine's paths.
-            res = MethodResult(m.name, [Path(a).name if Path(a).is_file() else a for a in argv])
-            with running(artifact.server, [*base, *argv], logs / f"{m.name}.log") as srv:
-                for mode, parallel in (("sequential", False), ("parallel", True)):
-                    if modes and mode not in modes:
-                        continue
-                    console.print(f"verify: {m.name}: {mode}")
-                    for p, r, s in zip(prompts, refs, _run(srv, prompts, parallel), strict=True):
-                        v = _probe(ref, p, r, s, env.threshold)
-                        res.drafted += s.draft_n or 0
-                        res.accepted += s.draft_accepted or 0
-                        setattr(
-                            res,
-                            v.kind.replace("-", "_"),
-                            getattr(res, v.kind.replace("-", "_")) + 1,
-                        )
-                        if v.kind != "identical":
-                            res.divergences.append(Divergence(p.name, mode, v))
-            results.append(res)
-    report = VerifyReport(artifact.id, tag, model.name, env, results, time.monotonic() - t0)
+        report = VerifyReport(artifact.id, name, tier, model.name, results, env, None, n)
+    report.wall_seconds = time.monotonic() - t0
     write(report, out_dir)
     print_table(report, console)
     return report
+
+
+@dataclass(frozen=True)
+class FastCheck:
+    passed: bool
+    detail: str
+
+
+FAST_PROMPTS = (CODE, REWRITE)
+
+
+def fast_check(
+    artifact: Artifact,
+    dialect: str,
+    model: Path,
+    spec_argv: Sequence[str],
+    console: Console,
+    logs: Path | None = None,
+) -> FastCheck:
+    """Two prompts, sequential: token-identical with and without `spec_argv`, or not."""
+    import tempfile
+
+    help_text = server_help(artifact.server)
+    dialects.check_help(list(spec_argv), help_text, str(artifact.server))
+    base = [*base_args(model), *determinism_args(help_text)]
+    with tempfile.TemporaryDirectory(prefix="llamaspec-check-") as tmp:
+        where = logs or Path(tmp)
+        with running(artifact.server, base, where / "check-reference.log") as ref:
+            refs = [complete(ref, p) for p in FAST_PROMPTS]
+            with running(artifact.server, [*base, *spec_argv], where / "check-spec.log") as srv:
+                specs = [complete(srv, p) for p in FAST_PROMPTS]
+            cases = [
+                compare(p, "sequential", r, s, ref, None)
+                for p, r, s in zip(FAST_PROMPTS, refs, specs, strict=True)
+            ]
+    bad = [c for c in cases if c.kind != "identical"]
+    if not bad:
+        return FastCheck(True, f"{len(cases)} prompts identical")
+    c = bad[0]
+    return FastCheck(False, f"{c.prompt}: {c.kind} at token {c.position}")
 
 
 def write(report: VerifyReport, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / f"verify-{report.artifact_id}-{report.tag}"
     stem.with_suffix(".json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    lines = [
-        f"# Equivalence: {report.artifact_id} ({report.model})",
-        "",
-        f"Numeric envelope (no speculation; {', '.join(report.envelope.configs)}): "
-        f"max {report.envelope.max_delta:.3f} nats over {len(report.envelope.flips)} flips; "
-        f"near-tie threshold {report.envelope.threshold:.3f} nats.",
-        "",
-        *(
-            f"Envelope configuration **{f['config']}** crashed the server and was skipped: "
-            f"{f['error']} (log: `{f['log']}`)."
-            for f in report.envelope.failures
-        ),
-        "",
-        "| method | identical | near-tie | short | hard | drafted | accepted | note |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    stem.with_suffix(".md").write_text(markdown(report))
+
+
+def markdown(report: VerifyReport) -> str:
+    lines = [f"# Equivalence ({report.tier} tier): {report.artifact_id} ({report.model})", ""]
+    if report.tier == "strict":
+        lines += [
+            "Reference copy in F32"
+            + (f" (sha256 `{report.reference_sha256[:16]}…`)" if report.reference_sha256 else "")
+            + ": greedy output with speculation must be token-identical to output without it.",
+            "",
+            "| method | mode | identical | failed | known defect | drafted | accepted | note |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+    else:
+        env = report.envelope
+        assert env is not None
+        lines += [
+            f"Envelope (no speculation; {', '.join(env.configs)}): max per-token gap "
+            f"{env.max_gap:.3f} nats ({', '.join(f'{k}: {v}' for k, v in env.by_config.items())}); "
+            f"{report.oracle_requests} oracle requests.",
+            "",
+            *(
+                f"Envelope configuration **{f['config']}** crashed the server and was skipped: "
+                f"{f['error']} (log: `{f['log']}`)."
+                for f in env.failures
+            ),
+            "",
+            "| method | mode | identical | within envelope | over envelope | max gap | drafted | "
+            "accepted | note |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
     for m in report.methods:
-        lines.append(
-            f"| {m.method} | {m.identical} | {m.near_tie} | {m.short} | {m.hard} | {m.drafted} | "
-            f"{m.accepted} | {m.skipped or ''} |"
-        )
+        if m.skipped:
+            lines.append(f"| {m.method} | – | | | | | | | {m.skipped} |")
+            continue
+        for mode in ("sequential", "parallel"):
+            if not any(c.mode == mode for c in m.cases):
+                continue
+            if report.tier == "strict":
+                failed = sum(1 for c in m.failures if c.mode == mode)
+                lines.append(
+                    f"| {m.method} | {mode} | {m.count('identical', mode)} | {failed} | "
+                    f"{m.count('known-defect', mode)} | {m.drafted} | {m.accepted} | |"
+                )
+            else:
+                gap = _finite(m.max_gap(mode))
+                lines.append(
+                    f"| {m.method} | {mode} | {m.count('identical', mode)} | "
+                    f"{m.count('within', mode)} | {m.count('over-envelope', mode)} | {gap} | "
+                    f"{m.drafted} | {m.accepted} | |"
+                )
     for m in report.methods:
-        for d in m.divergences:
+        for c in m.cases:
+            if c.kind in ("identical", "within"):
+                continue
             lines += [
                 "",
-                f"## {m.method} / {d.prompt} ({d.mode}): {d.verdict.describe()}",
+                f"## {m.method} / {c.prompt} ({c.mode}): {c.kind} at token {c.position}",
                 "",
-                f"- reference: `{d.verdict.reference}`",
-                f"- speculative: `{d.verdict.speculative}`",
             ]
+            if c.defect:
+                lines.append(f"- known defect: {c.defect}")
+            lines += [f"- reference: `{c.reference}`", f"- speculative: `{c.speculative}`"]
+            if c.max_gap is not None:
+                lines.append(
+                    f"- largest per-token gap of the speculative output: {_finite(c.max_gap)}"
+                )
+            lines += [f"- {o}" for o in c.over]
     lines += [
         "",
         f"Result: {'PASSED' if report.passed else 'FAILED'} in {report.wall_seconds:.0f}s.",
     ]
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def print_table(report: VerifyReport, console: Console) -> None:
-    table = Table(title=f"verify: {report.artifact_id}")
-    for col in ("method", "identical", "near-tie", "short", "hard", "drafted", "accepted", "note"):
+    table = Table(title=f"verify ({report.tier}): {report.artifact_id} ({report.model})")
+    cols = ["method", "mode", "identical"]
+    cols += ["failed", "known defect"] if report.tier == "strict" else ["within", "over", "max gap"]
+    for col in (*cols, "drafted", "accepted", "note"):
         table.add_column(col)
     for m in report.methods:
-        table.add_row(
-            m.method,
-            str(m.identical),
-            str(m.near_tie),
-            str(m.short),
-            str(m.hard),
-            str(m.drafted),
-            str(m.accepted),
-            m.skipped or "",
-        )
+        if m.skipped:
+            table.add_row(m.method, "–", *[""] * (len(cols) - 2), "", "", m.skipped)
+            continue
+        for mode in ("sequential", "parallel"):
+            if not any(c.mode == mode for c in m.cases):
+                continue
+            if report.tier == "strict":
+                extra = [
+                    str(sum(1 for c in m.failures if c.mode == mode)),
+                    str(m.count("known-defect", mode)),
+                ]
+            else:
+                extra = [
+                    str(m.count("within", mode)),
+                    str(m.count("over-envelope", mode)),
+                    str(_finite(m.max_gap(mode))),
+                ]
+            table.add_row(
+                m.method,
+                mode,
+                str(m.count("identical", mode)),
+                *extra,
+                str(m.drafted),
+                str(m.accepted),
+                "",
+            )
     console.print(table)
     for m in report.methods:
-        for d in m.divergences:
-            console.print(f"  {m.method}/{d.prompt} ({d.mode}): {d.verdict.describe()}")
+        for c in m.cases:
+            if c.kind not in ("identical", "within"):
+                console.print(
+                    f"  {m.method}/{c.prompt} ({c.mode}): {c.kind} at token {c.position}"
+                    + (f" — {c.defect}" if c.defect else "")
+                )
+                if c.kind != "known-defect":
+                    console.print(
+                        f"    reference:   {c.reference}\n    speculative: {c.speculative}"
+                    )
     console.print(f"verify: {'PASSED' if report.passed else 'FAILED'} ({report.wall_seconds:.0f}s)")

@@ -1,0 +1,276 @@
+"""What `llamaspec verify` runs: the built-in reference models, a recipe, or the user's files.
+
+- Built-in (`--model embedded|hybrid`): the strict tier on the F32 reference copy of each
+  model, every method the binary supports, sequential and parallel; and the oracle tier on
+  the quantized embedded model.
+- A recipe (`--recipe NAME`) or files (`--target FILE [--draft FILE] --spec TYPE`): the
+  oracle tier with those exact settings, after the same download and compatibility checks
+  as `serve`; `--strict` adds the strict tier on F32 reference copies when they fit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from llamaspec import config
+from llamaspec.engine.build import Artifact
+from llamaspec.errors import LlamaspecError, choose
+from llamaspec.models import catalog as models
+from llamaspec.models import compat, dialects, recipes
+from llamaspec.paths import project_root
+from llamaspec.proof import verify
+from llamaspec.proof.reference import reference_copy
+
+# Options a verify run sets itself (its own model files, slots, context, loopback port).
+SPEC_TYPES = ("draft", "ngram-simple", "ngram-map-k", "ngram-mod", "mtp")
+OWN_OPTIONS = {"-m": 1, "--host": 1, "--port": 1, "-c": 1, "-np": 1, "-fa": 1}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    reports: tuple[verify.VerifyReport, ...]
+
+    @property
+    def failed(self) -> list[str]:
+        return [f"{r.tag} ({r.tier})" for r in self.reports if not r.passed]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def builtin(
+    artifact: Artifact,
+    dialect: str,
+    which: Sequence[str],
+    tiers: Sequence[str],
+    methods: Sequence[str] | None,
+    modes: Sequence[str],
+    reports: Path,
+    console: Console,
+) -> Outcome:
+    """The built-in models: strict on their F32 copies, oracle on the quantized embedded one."""
+    from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
+    from llamaspec.proof.hybrid import hybrid_model
+
+    out = []
+    for name in which:
+        if name == "embedded":
+            model, sha = embedded_model(console.print), EMBEDDED_SHA256
+            draft, draft_sha = model, sha
+            chosen = methods
+        else:
+            # The target is a random hybrid (recurrent + attention) model and its draft
+            # another one with other weights: drafts get rejected, and every rejection
+            # restores a context checkpoint. ngram-mod drafts from the context instead.
+            model = hybrid_model(artifact, console, seed=1)
+            draft = hybrid_model(artifact, console, seed=2)
+            sha, draft_sha = sha256_file(model), sha256_file(draft)
+            chosen = methods or ["draft", "ngram-mod"]
+        if "strict" in tiers:
+            ref = reference_copy(model, sha, console.print)
+            ref_draft = ref if draft == model else reference_copy(draft, draft_sha, console.print)
+            out.append(
+                verify.verify(
+                    artifact,
+                    dialect,
+                    ref.path,
+                    reports,
+                    console,
+                    tier="strict",
+                    methods=chosen,
+                    tag=name,
+                    draft=ref_draft.path,
+                    modes=modes,
+                    reference_sha256=ref.sha256,
+                )
+            )
+        if "oracle" in tiers and name == "embedded":
+            out.append(
+                verify.verify(
+                    artifact,
+                    dialect,
+                    model,
+                    reports,
+                    console,
+                    tier="oracle",
+                    methods=chosen,
+                    tag=name,
+                    draft=draft,
+                    modes=modes,
+                )
+            )
+    return Outcome(tuple(out))
+
+
+def spec_method(argv: Sequence[str], name: str) -> verify.Method:
+    """A recipe's rendered command as a verify method: its own options minus what verify sets."""
+    rest, skip = [], 0
+    for a in argv[1:]:
+        if skip:
+            skip -= 1
+            continue
+        if a in OWN_OPTIONS:
+            skip = OWN_OPTIONS[a]
+            continue
+        rest.append(a)
+    return verify.Method(name, tuple(rest))
+
+
+def _render(
+    recipe: config.Recipe,
+    engine: str,
+    dialect: str,
+    artifact: Artifact,
+    target: Path,
+    draft: Path | None,
+) -> tuple[str, ...]:
+    cmd = recipes.render(
+        recipe,
+        engine,
+        dialect,
+        target,
+        draft,
+        server=str(artifact.server),
+        backend=artifact.manifest.get("backend", "cpu"),
+    )
+    return cmd.argv
+
+
+def for_recipe(
+    artifact: Artifact,
+    dialect: str,
+    name: str,
+    strict: bool,
+    modes: Sequence[str],
+    reports: Path,
+    console: Console,
+) -> Outcome:
+    """A recipe's own settings on the user's build: oracle tier (+ strict with --strict)."""
+    root = project_root()
+    catalog = config.load_models(root)
+    known = config.load_recipes(root, catalog)
+    recipe = known[choose("recipe", name, known)]
+    engine = artifact.manifest["engine"]
+    files = models.pull(catalog, recipe.pair, root, console)
+    argv = _render(recipe, engine, dialect, artifact, files.target, files.draft)
+    out = [
+        verify.verify(
+            artifact,
+            dialect,
+            files.target,
+            reports,
+            console,
+            tier="oracle",
+            tag=f"recipe-{recipe.name}",
+            draft=files.draft,
+            modes=modes,
+            spec=spec_method(argv, recipe.name),
+        )
+    ]
+    if strict:
+        sha = sha256_file(files.target)
+        ref = reference_copy(files.target, sha, console.print)
+        ref_draft = None
+        if files.draft is not None:
+            ref_draft = reference_copy(files.draft, sha256_file(files.draft), console.print)
+        ref_argv = _render(
+            recipe, engine, dialect, artifact, ref.path, ref_draft.path if ref_draft else None
+        )
+        out.append(
+            verify.verify(
+                artifact,
+                dialect,
+                ref.path,
+                reports,
+                console,
+                tier="strict",
+                tag=f"recipe-{recipe.name}",
+                draft=ref_draft.path if ref_draft else None,
+                modes=modes,
+                spec=spec_method(ref_argv, recipe.name),
+                reference_sha256=ref.sha256,
+            )
+        )
+    return Outcome(tuple(out))
+
+
+def for_files(
+    artifact: Artifact,
+    dialect: str,
+    target: Path,
+    draft: Path | None,
+    spec_types: Sequence[str],
+    strict: bool,
+    modes: Sequence[str],
+    reports: Path,
+    console: Console,
+) -> Outcome:
+    """The user's own GGUF files: compatibility first, then the oracle (and strict) tier."""
+    for path in (target, draft):
+        if path is not None and not path.is_file():
+            raise LlamaspecError(
+                f"{path} does not exist. Give the path of a local GGUF file (download a "
+                "catalog pair with `llamaspec models pull PAIR`)."
+            )
+    if draft is not None:
+        verdict = compat.check(compat.read_local(target), compat.read_local(draft))
+        if not verdict.ok:
+            raise LlamaspecError(compat.explain(verdict) + " Nothing was run.")
+    types = list(spec_types) or (["draft"] if draft is not None else ["ngram-mod"])
+    if len(types) != 1:
+        raise LlamaspecError(
+            "verify --target takes one --spec type at a time (stacked types: write a recipe)."
+        )
+    kind = choose("spec type", types[0], SPEC_TYPES)
+    if kind == "draft" and draft is None:
+        raise LlamaspecError("--spec draft needs --draft FILE (a compatible draft model).")
+
+    def method(t: Path, d: Path | None) -> verify.Method:
+        p_min = 0.0 if kind == "draft" else None
+        s = dialects.SpecSettings(kind, d, n_max=8, p_min=p_min)  # type: ignore[arg-type]
+        return verify.Method(kind, tuple(dialects.spec_args(dialect, s)))
+
+    tag = f"file-{target.stem}"
+    out = [
+        verify.verify(
+            artifact,
+            dialect,
+            target,
+            reports,
+            console,
+            tier="oracle",
+            tag=tag,
+            draft=draft,
+            modes=modes,
+            spec=method(target, draft),
+        )
+    ]
+    if strict:
+        ref = reference_copy(target, sha256_file(target), console.print)
+        ref_draft = reference_copy(draft, sha256_file(draft), console.print) if draft else None
+        out.append(
+            verify.verify(
+                artifact,
+                dialect,
+                ref.path,
+                reports,
+                console,
+                tier="strict",
+                tag=tag,
+                draft=ref_draft.path if ref_draft else None,
+                modes=modes,
+                spec=method(ref.path, ref_draft.path if ref_draft else None),
+                reference_sha256=ref.sha256,
+            )
+        )
+    return Outcome(tuple(out))

@@ -1,0 +1,120 @@
+"""Strict comparison, known defects and reference copies (no server needed)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
+from gguf.quants import dequantize, quantize
+
+from llamaspec.errors import LlamaspecError
+from llamaspec.proof import defects, reference, verify
+from llamaspec.proof.client import Completion, Prompt
+
+pytestmark = pytest.mark.unit
+
+IK_PIN = "55d3c05bf7b377deaa5dc84d255d9740a345a206"
+P = Prompt("p", "text", 8)
+
+
+def t(pieces: list[str]) -> Completion:
+    return Completion(tuple(pieces), "".join(pieces), 1.0, None, None)
+
+
+def test_strict_comparison_has_no_threshold() -> None:
+    ref = t(["a", "b", "c", "d"])
+    assert verify.compare(P, "sequential", ref, t(["a", "b", "c", "d"]), None, None).kind == (
+        "identical"
+    )
+    diff = verify.compare(P, "parallel", ref, t(["a", "b", "x", "d"]), None, None)  # type: ignore[arg-type]
+    assert (diff.kind, diff.position, diff.mode) == ("different", 2, "parallel")
+    assert "⟦cd⟧" in diff.reference and "⟦xd⟧" in diff.speculative
+    short = verify.compare(P, "sequential", ref, t(["a", "b"]), None, None)  # type: ignore[arg-type]
+    assert (short.kind, short.position) == ("short", 2)
+    longer = verify.compare(P, "sequential", ref, t(["a", "b", "c", "d", "e"]), None, None)  # type: ignore[arg-type]
+    assert longer.kind == "longer"
+
+
+def test_a_short_output_on_a_pin_with_that_defect_on_record_is_named() -> None:
+    manifest = {"engine": "ik_llama.cpp", "commit": IK_PIN, "patches": []}
+    found = defects.known_defect(manifest, "short-output")
+    assert found is not None and found.id == "ik-draft-short-output"
+    case = verify.compare(P, "sequential", t(["a", "b", "c"]), t(["a"]), None, found)  # type: ignore[arg-type]
+    assert case.kind == "known-defect" and "ik-draft-short-output" in (case.defect or "")
+    # other pins, other engines and other symptoms do not match
+    assert defects.known_defect({**manifest, "commit": "0" * 40}, "short-output") is None
+    assert defects.known_defect({**manifest, "engine": "llama.cpp"}, "short-output") is None
+    hybrid = defects.defects_for(manifest, "corrupt-output")
+    assert hybrid and "1639" in hybrid[0].issue
+
+
+def test_failures_and_report_pass_rule() -> None:
+    m = verify.MethodResult("draft", [])
+    m.cases += [
+        verify.Case("p", "sequential", "identical"),
+        verify.Case("q", "parallel", "known-defect"),
+    ]
+    r = verify.VerifyReport("id", "embedded", "strict", "m.gguf", [m])
+    assert r.passed and r.to_json()["methods"][0]["summary"]["parallel"]["failed"] == 0
+    m.cases.append(verify.Case("q", "parallel", "different", 3))
+    assert not r.passed and "different at token 3" in verify.markdown(r)
+    skipped = verify.VerifyReport("id", "x", "strict", "m", [verify.MethodResult("a", [], "n/a")])
+    assert not skipped.passed  # nothing ran: nothing is proven
+
+
+def _small_quantized(path: Path) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal((4, 64)).astype(np.float32)
+    w = GGUFWriter(str(path), arch="llama")
+    w.add_name("tiny")
+    w.add_file_type(7)
+    w.add_uint32("llama.context_length", 64)
+    q = quantize(weights, GGMLQuantizationType.Q8_0)
+    w.add_tensor("blk.0.w", q, raw_dtype=GGMLQuantizationType.Q8_0)
+    w.add_tensor("blk.0.norm", np.ones(64, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dequantize(q, GGMLQuantizationType.Q8_0)
+
+
+def test_reference_copy_is_f32_verified_and_rebuilt_when_changed(tmp_path: Path) -> None:
+    src = tmp_path / "tiny-q8_0.gguf"
+    expected = _small_quantized(src)
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    ref = reference.reference_copy(src, digest)
+    reader = GGUFReader(ref.path)
+    tensors = {t.name: t for t in reader.tensors}
+    assert {int(t.tensor_type) for t in reader.tensors} == {0}  # F32
+    np.testing.assert_array_equal(np.asarray(tensors["blk.0.w"].data), expected)
+    assert reader.get_field("llama.context_length").contents() == 64
+    assert reader.get_field("general.file_type").contents() == 0
+    meta = json.loads(ref.path.with_suffix(".json").read_text())
+    assert meta["source_sha256"] == digest and meta["sha256"] == ref.sha256
+    # a changed copy is detected and made again; nothing half-written is left behind
+    with ref.path.open("r+b") as f:
+        f.seek(-8, 2)
+        f.write(b"\0" * 8)
+    again = reference.reference_copy(src, digest)
+    assert again.sha256 == ref.sha256
+    assert not list(ref.path.parent.glob(".tmp-*"))
+
+
+def test_reference_copy_that_does_not_fit_is_refused_before_writing(tmp_path: Path) -> None:
+    src = tmp_path / "tiny-q8_0.gguf"
+    _small_quantized(src)
+    with pytest.raises(LlamaspecError, match=r"needs .* GiB"):
+        reference.check_fits(src, tmp_path / "ref", need=1 << 60)
+    assert not list((tmp_path / "ref").glob("*.gguf"))
+
+
+def test_a_file_that_is_not_gguf_gets_one_paragraph(tmp_path: Path) -> None:
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    with pytest.raises(LlamaspecError, match="cannot be read as a GGUF"):
+        reference.reference_copy(bad, "0" * 64)
