@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -138,3 +140,81 @@ def test_project_patch_for_ik_is_a_new_file_in_the_tree() -> None:
     (ik,) = [p for p in config.load_series(root) if p.id == "ik-build-info"]
     text = patches.patch_file(ik, root).read_text()
     assert "+++ b/common/cmake/build-info-gen-cpp.cmake" in text and ik.only_if_missing
+
+
+def _project(tmp_path: Path, series: str) -> Path:
+    """A project root: the real engines.yaml, the given series.yaml, an empty lock."""
+    root = tmp_path / "project"
+    (root / "patches" / "llama.cpp").mkdir(parents=True)
+    real = Path(__file__).resolve().parents[2]
+    (root / "engines.yaml").write_text((real / "engines.yaml").read_text())
+    (root / "patches" / "series.yaml").write_text(series)
+    return root
+
+
+def _cli(root: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "llamaspec.cli", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "LLAMASPEC_ROOT": str(root),
+            "LLAMASPEC_CACHE": str(cache),
+            "HOME": str(cache),
+            "COLUMNS": "300",
+        },
+        timeout=120,
+        check=False,
+    )
+
+
+def test_status_reports_a_path_escaping_patch_as_an_error(tmp_path: Path) -> None:
+    _first, second = make_engine_repo(tmp_path / "up")
+    root = _project(
+        tmp_path,
+        "patches:\n  - id: evil\n    engine: llama.cpp\n    title: evil\n    state: project\n"
+        "    source: {file: evil.patch}\n",
+    )
+    (root / "patches" / "llama.cpp" / "evil.patch").write_text(
+        "--- a/../evil\n+++ b/../evil\n@@ -0,0 +1 @@\n+x\n"
+    )
+    proc = _cli(
+        root,
+        tmp_path / "cache",
+        "patches",
+        "status",
+        "--source",
+        "local",
+        "--source-dir",
+        str(tmp_path / "up"),
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "error" in out and "outside the source tree" in out and "conflict" not in out
+    assert "evil: Patch 'evil' touches '../evil'" in " ".join(proc.stderr.split())
+    assert second  # the tree is the checkout's head
+
+
+def test_lock_fails_for_a_missing_commit_but_not_for_a_missing_mirror(tmp_path: Path) -> None:
+    first, second = make_engine_repo(tmp_path / "up")
+    series = (
+        "patches:\n"
+        "  - {id: short, engine: llama.cpp, title: t, state: merged, "
+        f"source: {{commits: ['{second[:9]}']}}}}\n"
+    )
+    root = _project(tmp_path, series)
+    no_mirror = _cli(root, tmp_path / "cache", "lock")
+    assert no_mirror.returncode == 0, no_mirror.stdout + no_mirror.stderr
+    assert "unresolved" in no_mirror.stdout
+    with_mirror = _cli(root, tmp_path / "cache", "lock", "--patch-source", str(tmp_path / "up"))
+    assert with_mirror.returncode == 0, with_mirror.stdout + with_mirror.stderr
+    assert second in (root / "llamaspec.lock").read_text()
+    (root / "patches" / "series.yaml").write_text(series.replace(second[:9], "deadbeef0"))
+    bad = _cli(root, tmp_path / "cache", "lock", "--patch-source", str(tmp_path / "up"))
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    msg = " ".join(bad.stderr.split())
+    assert "1 lock entry could not be resolved" in msg and "has no commit 'deadbeef0'" in msg
+    assert "Traceback" not in bad.stderr
+    assert first

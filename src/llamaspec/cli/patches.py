@@ -62,7 +62,8 @@ def status(args: argparse.Namespace, engines: dict, console: Console) -> None:
     tree = sources.fetch(engine, args.pin, args.source, args.source_dir, console.print)
     table = Table(title=f"patches on {engine.name}@{tree.short} ({tree.origin})")
     for col in ("id", "PR", "state", "default", "status", "note"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
+    unusable: list[str] = []
     for entry in config.load_series(root):
         if entry.engine != engine.name:
             continue
@@ -77,11 +78,24 @@ def status(args: argparse.Namespace, engines: dict, console: Console) -> None:
                 texts, _ = patches.texts_for(
                     entry, engine, lock, root, args.patch_source, console.print
                 )
-                state, note = patches.check(tree.path, texts), entry.notes[:60]
-            except LlamaspecError as exc:
+            except LlamaspecError as exc:  # not resolved or not reachable: status unknown
                 state, note = "unknown", exc.message.split(". ")[0]
+            else:
+                try:
+                    for text in texts:
+                        patches.check_paths(entry, text)
+                except LlamaspecError as exc:  # the patch itself is unusable
+                    state, note = "error", exc.message
+                    unusable.append(f"{entry.id}: {exc.message}")
+                else:
+                    state, note = patches.check(tree.path, texts), entry.notes[:60]
         table.add_row(entry.id, pr, entry.state, "on" if entry.default else "off", state, note)
     console.print(table)
+    if unusable:
+        raise LlamaspecError(
+            f"{len(unusable)} catalog patch(es) for {engine.name} cannot be applied as written: "
+            + " ".join(unusable)
+        )
 
 
 def run_lock(args: argparse.Namespace, console: Console) -> None:
@@ -99,6 +113,7 @@ def run_lock(args: argparse.Namespace, console: Console) -> None:
         mirrors[choose("engine", name, engines)] = where
     lock = lockfile.load(root)
     lock["engines"] = {name: e.pin for name, e in engines.items()}
+    failed: list[str] = []
     for entry in config.load_series(root):
         engine = engines[entry.engine]
         src = mirrors.get(entry.engine)
@@ -111,7 +126,16 @@ def run_lock(args: argparse.Namespace, console: Console) -> None:
                 continue
             lock["patches"][entry.id] = commits
             console.print(f"lock: {entry.id}: {len(commits)} commit(s), head {commits[-1][:12]}")
-        except LlamaspecError as exc:
+        except patchsrc.NeedsMirror as exc:  # expected without a mirror: keep what was there
             lock["patches"].setdefault(entry.id, [])
             console.print(f"lock: {entry.id}: unresolved — {exc.message}")
+        except LlamaspecError as exc:
+            failed.append(f"{entry.id}: {exc.message}")
+            console.print(f"lock: {entry.id}: FAILED — {exc.message}")
     console.print(f"lock: wrote {lockfile.save(root, lock)}")
+    if failed:
+        raise LlamaspecError(
+            f"{len(failed)} lock entr{'y' if len(failed) == 1 else 'ies'} could not be "
+            "resolved (the others were written; a failed entry keeps its previous value): "
+            + " ".join(failed)
+        )

@@ -89,7 +89,8 @@ def patch_file(entry: PatchEntry, root: Path) -> Path:
 _OUTSIDE = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(.*)$", re.M)
 
 
-def _check_paths(entry: PatchEntry, text: str) -> None:
+def check_paths(entry: PatchEntry, text: str) -> None:
+    """Refuse a diff that names a file outside the source tree (absolute or with `..`)."""
     for name in _OUTSIDE.findall(text):
         name = name.split("\t")[0].strip()
         if name == "/dev/null":
@@ -183,7 +184,7 @@ def apply(
             raise LlamaspecError(f"Patch {entry.id!r} needs the engine to resolve its commits.")
         texts, label = texts_for(entry, engine, lock, root, patch_source, say)  # type: ignore[arg-type]
         for text in texts:
-            _check_paths(entry, text)
+            check_paths(entry, text)
         digest = hashlib.sha256("".join(texts).encode()).hexdigest()
         decided.append((entry, None, texts, digest, label))
     key = hashlib.sha256(

@@ -24,6 +24,10 @@ from llamaspec.paths import cache_dir
 Say = Callable[[str], None]
 
 
+class NeedsMirror(LlamaspecError):
+    """Resolving this needs the engine's history (a local mirror); not a fault of the entry."""
+
+
 def diff_cache(engine: str) -> Path:
     path = cache_dir() / "patches" / engine
     path.mkdir(parents=True, exist_ok=True)
@@ -158,7 +162,7 @@ def resolve_commitish(engine: Engine, ref: str, patch_source: str | None) -> str
     if local is None:
         if FULL_SHA.match(ref):
             return ref
-        raise LlamaspecError(
+        raise NeedsMirror(
             f"Cannot resolve the short SHA {ref!r} without the engine's history: git remotes "
             f"cannot be asked for abbreviated SHAs. Run `nox -s lock -- --patch-source DIR` with "
             f"a clone or mirror of {engine.git_url}."
@@ -174,7 +178,7 @@ def resolve_pr(engine: Engine, pr: int, patch_source: str | None) -> list[str]:
     source = patch_source or engine.git_url
     local = _is_local_repo(source)
     if local is None:
-        raise LlamaspecError(
+        raise NeedsMirror(
             f"Resolving PR #{pr} needs the engine's history; run `nox -s lock -- --patch-source "
             f"{engine.name}=DIR` with a mirror of {engine.git_url} that has refs/pull/*."
         )
