@@ -50,14 +50,14 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def verify(session: nox.Session) -> None:
     """Equivalence suite: `nox -s verify -- --artifact ID [--model hybrid] [--method M]`."""
-    _install(session, "embedded", "smoke")
+    _install(session, "embedded")
     session.run("llamaspec", "verify", *session.posargs)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Speedup benchmark: `nox -s bench -- [RECIPE] [--artifact ID]` → reports/."""
-    _install(session, "embedded", "smoke", "bench")
+    _install(session, "embedded", "bench")
     session.run("llamaspec", "bench", *session.posargs)
 
 
