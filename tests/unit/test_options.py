@@ -215,3 +215,12 @@ def test_the_command_line_imports_no_stage_module() -> None:
     assert "llamaspec.cli.main" in imported and "llamaspec.cli.options" in imported
     loaded = sorted(m for m in imported if any(m == h or m.startswith(h + ".") for h in HEAVY))
     assert not loaded, f"imported at start-up: {loaded}"
+
+
+def test_a_missing_extra_names_the_pip_line() -> None:
+    from llamaspec.errors import missing_extra
+
+    err = missing_extra("smoke", "openai", "The smoke test's OpenAI endpoint check")
+    assert isinstance(err, LlamaspecError)
+    assert "pip install 'llamaspec[smoke]'" in err.message and "\n" not in err.message
+    assert err.message.startswith("The smoke test's OpenAI endpoint check needs")
