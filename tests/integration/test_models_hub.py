@@ -334,3 +334,17 @@ def test_server_ids_are_checked_before_they_become_paths(
     assert "refuses it" in msg and "Traceback" not in proc.stderr
     assert env.blobs() == [] and not list(tmp_path.rglob("escaped*"))
     assert env.hub.content_gets() == []
+
+
+def test_mtp_pair_without_heads_is_refused_from_the_remote_header(env: Env, tmp_path: Path) -> None:
+    f = write_gguf(tmp_path / "nomtp.gguf", vocab(50), payload_bytes=8 << 20)
+    env.hub.add("org/nomtp-GGUF", "nomtp.gguf", f)
+    env.models["nomtp"] = _model("org/nomtp-GGUF", "nomtp.gguf", mtp=True)
+    env.pairs["nomtp-mtp"] = {"target": "nomtp", "spec": "mtp"}
+    proc = env.cli("models", "pull", "nomtp-mtp")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "has none: no tensor named *nextn*" in " ".join(proc.stderr.split())
+    gets = env.hub.content_gets()
+    assert gets and all(g.range and g.range.startswith("bytes=0-") for g in gets)
+    assert sum(g.sent for g in gets) < f.stat().st_size // 2
+    assert env.blobs() == []

@@ -247,3 +247,76 @@ def test_bad_dist_is_refused_before_any_work(tmp_path: Path, kind: str) -> None:
     assert f"--dist {dist}" in msg and "Traceback" not in proc.stderr
     assert "source:" not in proc.stdout  # nothing was fetched
     assert time.monotonic() - t0 < 60
+
+
+# --- MTP pairs need MTP heads in the target's file ------------------------------------------
+
+
+def _gguf(path: Path, *, nextn_tensor: bool = False, nextn_layers: int | None = None) -> Path:
+    import numpy as np
+    from gguf import GGUFWriter
+
+    from ggufs import vocab
+
+    w = GGUFWriter(str(path), arch="qwen35")
+    tokens = vocab(64)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    if nextn_layers is not None:
+        w.add_uint32("qwen35.nextn_predict_layers", nextn_layers)
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((4, 4), dtype=np.float32))
+    if nextn_tensor:
+        w.add_tensor("blk.1.nextn.eh_proj.weight", np.zeros((4, 8), dtype=np.float32))
+    w.add_tensor("output.weight", np.zeros((64, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("tensor", "layers", "has"),
+    [(False, None, False), (False, 0, False), (True, None, True), (False, 1, True)],
+)
+def test_the_header_parser_reads_tensor_names_for_mtp_heads(
+    tmp_path: Path, tensor: bool, layers: int | None, has: bool
+) -> None:
+    from llamaspec.models import compat
+
+    path = _gguf(tmp_path / "m.gguf", nextn_tensor=tensor, nextn_layers=layers)
+    info = compat.read_local(path)
+    assert info.has_mtp is has and info.nextn_tensors == int(tensor)
+    assert info.mtp_layers == layers and info.n_vocab == 64
+    data = path.read_bytes()
+    # a range reader that serves only what is asked: the tensor infos come after the KVs
+    remote = compat.read_header(lambda n: data[:n], len(data), "remote/m.gguf")
+    assert remote.has_mtp is has
+
+
+def test_models_check_refuses_an_mtp_pair_whose_file_has_no_heads(tmp_path: Path) -> None:
+    env = {**os.environ, "LLAMASPEC_CACHE": str(tmp_path / "cache"), "COLUMNS": "200"}
+    plain = _gguf(tmp_path / "plain.gguf")
+    heads = _gguf(tmp_path / "heads.gguf", nextn_tensor=True, nextn_layers=1)
+    cmd = [sys.executable, "-m", "llamaspec.cli", "models", "check", "qwen3.5-27b-mtp"]
+    bad = subprocess.run([*cmd, "--target-file", str(plain)], env=env, **_RUN)
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    msg = " ".join(bad.stderr.split())
+    assert "has none: no tensor named *nextn*" in msg and "Nothing was downloaded" in msg
+    good = subprocess.run([*cmd, "--target-file", str(heads)], env=env, **_RUN)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "carries MTP heads (1 layer(s), 1 nextn tensors)" in " ".join(good.stdout.split())
+
+
+def test_the_mtp_pair_points_at_the_mtp_repo() -> None:
+    from llamaspec import config
+
+    models = config.load_models()
+    target = models.models[models.pairs["qwen3.5-27b-mtp"].target]
+    assert target.repo == "unsloth/Qwen3.5-27B-MTP-GGUF" and target.mtp
+    assert not models.models["qwen3.5-27b-q4_k_m"].mtp  # that file has no nextn tensors
+
+
+_RUN = {"capture_output": True, "text": True, "timeout": 120, "check": False}

@@ -64,14 +64,41 @@ def check_pair(
     target_file: Path | None = None,
     draft_file: Path | None = None,
 ) -> compat.Verdict | None:
-    """Judge the pair with the engine's rules; None for pairs without a draft model."""
+    """Judge the pair with the engine's rules; None for pairs without a draft model.
+
+    An MTP pair's target must carry MTP heads: its header is read (locally or by a range
+    request) and a file without them is refused here, before anything is downloaded."""
     pair = get_pair(models, name)
+    locked = lockfile.load(root)["models"]
+    if pair.spec == "mtp":
+        model = models.models[pair.target]
+        info = tokenizer(model, console, locked.get(pair.target), target_file)
+        if not info.has_mtp:
+            where = where_of(model, target_file)
+            raise LlamaspecError(
+                f"Pair {name!r} speculates with the target's own MTP heads, but {where} has "
+                "none: no tensor named *nextn* and no nextn_predict_layers in its header, so the "
+                "engine would refuse --spec-type mtp. Nothing was downloaded. Use a GGUF "
+                "converted with its MTP layers kept (e.g. a repo with -MTP- in its name), or "
+                "a recipe with a draft model or n-grams."
+            )
+        console.print(
+            f"model: {where_of(model, target_file)} carries MTP heads "
+            f"({info.mtp_layers or '?'} layer(s), {info.nextn_tensors} nextn tensors)"
+        )
+        return None
     if pair.draft is None:
         return None
-    locked = lockfile.load(root)["models"]
     target = tokenizer(models.models[pair.target], console, locked.get(pair.target), target_file)
     draft = tokenizer(models.models[pair.draft], console, locked.get(pair.draft), draft_file)
     return compat.check(target, draft)
+
+
+def where_of(model: ModelFile, local: Path | None = None) -> str:
+    """How a model is named in messages: the local file, else repo/file."""
+    if local is not None:
+        return str(local)
+    return model.file if model.source == "embedded" else f"{model.repo}/{model.file}"
 
 
 def render_verdict(verdict: compat.Verdict, console: Console) -> None:

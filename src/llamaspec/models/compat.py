@@ -3,6 +3,8 @@
 The tokenizer metadata sits in the GGUF header (key/value section), before the tensor
 infos and the weights, so a remote file is judged from its first megabytes: `read_header`
 takes any `fetch(n)` that returns the file's first n bytes (a local read or an HTTP range).
+The tensor infos (names, shapes) follow the key/values; their names tell whether a file
+carries MTP heads (`nextn` tensors), which an MTP recipe needs.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5
 FIRST_READ = 4 << 20
 MAX_HEADER = 256 << 20
+MTP_LAYERS_SUFFIX = ".nextn_predict_layers"
 
 
 @dataclass(frozen=True)
@@ -37,10 +40,17 @@ class TokenizerInfo:
     eos_id: int | None
     add_bos: bool | None
     add_eos: bool | None
+    mtp_layers: int | None = None  # `<arch>.nextn_predict_layers`
+    nextn_tensors: int = 0  # tensors with `nextn` in their name
 
     @property
     def n_vocab(self) -> int:
         return len(self.tokens)
+
+    @property
+    def has_mtp(self) -> bool:
+        """Whether the file carries multi-token-prediction (NextN) heads."""
+        return (self.mtp_layers or 0) > 0 or self.nextn_tensors > 0
 
 
 class _Truncated(Exception):
@@ -129,15 +139,27 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
                 f"{name} is GGUF version {version}, which this `gguf` package cannot read. "
                 "Upgrade it with `pip install -U gguf`."
             )
-        cur.take("Q")  # tensor count
+        n_tensors = int(cur.take("Q"))  # type: ignore[call-overload]
         n_kv = int(cur.take("Q"))  # type: ignore[call-overload]
         kv: dict[str, object] = {}
         for _ in range(n_kv):
             key = cur.string()
             vtype = int(cur.take("I"))  # type: ignore[call-overload]
-            kv[key] = cur.value(vtype, key in _WANTED)  # type: ignore[index]
+            keep = key in _WANTED or str(key).endswith(MTP_LAYERS_SUFFIX)
+            kv[key] = cur.value(vtype, keep)  # type: ignore[index]
+        nextn = 0
+        for _ in range(n_tensors):  # tensor infos: name, n_dims, dims, type, offset
+            tensor = cur.string() or ""
+            n_dims = int(cur.take("I"))  # type: ignore[call-overload]
+            if n_dims > 16:
+                raise ValueError(f"tensor {tensor!r} claims {n_dims} dimensions")
+            cur.pos += 8 * n_dims
+            cur.take("I")
+            cur.take("Q")
+            nextn += "nextn" in tensor
     except (ValueError, UnicodeDecodeError) as exc:
         raise LlamaspecError(f"{name} has a corrupt GGUF header: {exc}.") from None
+    layers = [v for k, v in kv.items() if k.endswith(MTP_LAYERS_SUFFIX) and v is not None]
     return TokenizerInfo(
         name=name,
         arch=str(kv.get(Keys.General.ARCHITECTURE) or "?"),
@@ -147,6 +169,8 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
         eos_id=_int(kv.get(Keys.Tokenizer.EOS_ID)),
         add_bos=_bool(kv.get(Keys.Tokenizer.ADD_BOS)),
         add_eos=_bool(kv.get(Keys.Tokenizer.ADD_EOS)),
+        mtp_layers=_int(layers[0]) if layers else None,
+        nextn_tensors=nextn,
     )
 
 
