@@ -127,3 +127,49 @@ def test_sdist_extraction_drops_gitlinks_and_keeps_subdir(tmp_path: Path) -> Non
     sources._extract_subdir(sdist, "vendor/eng", dest)
     assert (dest / "CMakeLists.txt").is_file() and not (dest / ".git").exists()
     assert not (dest / "setup.py").exists()
+
+
+@pytest.mark.parametrize("damage", ["edit", "delete", "head", "meta", "no-git"])
+def test_a_damaged_cached_tree_is_removed_and_fetched_again(tmp_path: Path, damage: str) -> None:
+    first, _second = make_engine_repo(tmp_path / "up")
+    engine = make_engine(first, git_url=(tmp_path / "up").as_uri())
+    tree = sources.fetch(engine, None, "git", None, quiet)
+    build = tree.path / ".llamaspec-build" / "x"  # untracked build output does not count
+    build.mkdir(parents=True)
+    (build / "obj.o").write_text("o")
+    messages: list[str] = []
+    assert sources.fetch(engine, None, "git", None, messages.append) == tree
+    assert "cached" in messages[0]
+    readme = tree.path / "README.md"
+    if damage == "edit":
+        readme.write_text("one\ntwo\nthree\nGARBAGE\n")
+    elif damage == "delete":
+        readme.unlink()
+    elif damage == "head":
+        run_git(tree.path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                "--allow-empty", "-m", "moved")  # fmt: skip
+    elif damage == "meta":
+        (tree.path.parent / f"{tree.path.name}.json").write_text("{not json")
+    else:
+        import shutil
+
+        shutil.rmtree(tree.path / ".git")
+    messages.clear()
+    again = sources.fetch(engine, None, "git", None, messages.append)
+    assert "damaged" in messages[0] and "fetching" in messages[1], messages
+    assert again == tree and readme.read_text() == "one\ntwo\nthree\n"
+    assert run_git(again.path, "rev-parse", "HEAD") == first
+
+
+def test_a_damaged_snapshot_of_a_plain_tree_is_made_again(tmp_path: Path) -> None:
+    first, _ = make_engine_repo(tmp_path / "co")
+    plain = tmp_path / "plain"
+    (plain / "tools" / "server").mkdir(parents=True)
+    (plain / "CMakeLists.txt").write_text("x\n")
+    engine = make_engine(first)
+    tree = sources.fetch(engine, None, "local", plain, quiet)
+    (tree.path / "CMakeLists.txt").write_text("damaged\n")
+    messages: list[str] = []
+    again = sources.fetch(engine, None, "local", plain, messages.append)
+    assert any("damaged" in m for m in messages), messages
+    assert again.path == tree.path and (again.path / "CMakeLists.txt").read_text() == "x\n"

