@@ -218,3 +218,27 @@ def test_lock_fails_for_a_missing_commit_but_not_for_a_missing_mirror(tmp_path: 
     assert "1 lock entry could not be resolved" in msg and "has no commit 'deadbeef0'" in msg
     assert "Traceback" not in bad.stderr
     assert first
+
+
+@pytest.mark.parametrize("damage", ["edit-patched", "edit-other", "unstage", "none"])
+def test_a_damaged_cached_patched_tree_is_made_again(setup, damage: str) -> None:
+    repo, tree, root = setup
+    run_git(repo, "checkout", "-q", "HEAD~1")
+    e = entry(root, "add-x", diff_of(repo, "README.md", "one\ntwo\nthree\nx\n"))
+    patched = patches.apply(tree, [e], root, lambda _m: None)
+    (patched.path / ".llamaspec-build").mkdir()  # build output is untracked: fine
+    (patched.path / ".llamaspec-build" / "obj.o").write_text("o")
+    if damage == "edit-patched":
+        (patched.path / "README.md").write_text("one\n")
+    elif damage == "edit-other":
+        (patched.path / "CMakeLists.txt").write_text("garbage\n")
+    elif damage == "unstage":
+        run_git(patched.path, "reset", "-q")
+        (patched.path / "README.md").write_text("one\ntwo\nthree\n")
+    said: list[str] = []
+    again = patches.apply(tree, [e], root, said.append)
+    assert again == patched
+    assert any("damaged" in s for s in said) == (damage != "none"), said
+    assert (again.path / "README.md").read_text() == "one\ntwo\nthree\nx\n"
+    assert run_git(again.path, "diff", "--cached", "--name-only") == "README.md"
+    assert run_git(again.path, "status", "--porcelain", "--untracked-files=no") == "M  README.md"

@@ -193,9 +193,14 @@ def apply(
     final = cache_dir() / "work" / source.engine / f"{source.short}-{key}"
     meta = final.parent / f"{final.name}.json"
     if final.is_dir() and meta.is_file():
-        statuses = tuple(PatchStatus(**s) for s in json.loads(meta.read_text()))
-        say(f"patches: cached patched tree ({len(statuses)} patches) at {final}")
-        return PatchedTree(source=source, path=final, patches=statuses)
+        problem = _damage(final, meta)
+        if problem is None:
+            statuses = tuple(PatchStatus(**s) for s in json.loads(meta.read_text()))
+            say(f"patches: cached patched tree ({len(statuses)} patches) at {final}")
+            return PatchedTree(source=source, path=final, patches=statuses)
+        say(f"patches: the cached patched tree {final.name} is damaged ({problem}); redoing it")
+        meta.unlink(missing_ok=True)
+        shutil.rmtree(final, ignore_errors=True)
     if all(why for _, why, _, _, _ in decided):
         for entry, why, _, _, _ in decided:
             say(f"patches: {entry.id}: in-base ({why})")
@@ -230,8 +235,46 @@ def apply(
         # Left staged, not committed: HEAD stays the engine commit, so trees whose build
         # info comes from git (`git rev-parse HEAD`) still name the engine commit.
         gitutil.git("add", "-A", cwd=tmp)
+        _record(tmp, meta)
         meta.write_text(json.dumps([asdict(s) for s in statuses], indent=2) + "\n")
     return PatchedTree(source=source, path=final, patches=tuple(statuses))
+
+
+def _staged_digest(tree: Path) -> str | None:
+    """sha256 of what the patches changed (the index against HEAD), or None if unreadable."""
+    proc = gitutil.git(
+        "--no-optional-locks", "diff", "--cached", "--binary", "--full-index", "HEAD",
+        cwd=tree, check=False,
+    )  # fmt: skip
+    return hashlib.sha256(proc.stdout.encode()).hexdigest() if proc.returncode == 0 else None
+
+
+def _record(tree: Path, meta: Path) -> None:
+    """Remember the patched tree's content next to its metadata (`<name>.staged`)."""
+    meta.with_suffix(".staged").write_text(f"{_staged_digest(tree)}\n")
+
+
+def _damage(tree: Path, meta: Path) -> str | None:
+    """Why a cached patched tree is no longer what was made (None: intact).
+
+    The patches sit staged over the engine commit: every tracked file must match the index
+    and the index must hold exactly the recorded changes. Build output is untracked."""
+    try:
+        json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return "its record is unreadable"
+    if not (tree / ".git").exists():
+        return "its .git is missing"
+    worktree = gitutil.git("--no-optional-locks", "diff", "--quiet", cwd=tree, check=False)
+    if worktree.returncode != 0:
+        return "tracked files differ from what was patched"
+    record = meta.with_suffix(".staged")
+    if not record.is_file():  # made before records were kept: adopt it
+        _record(tree, meta)
+        return None
+    if _staged_digest(tree) != record.read_text().strip():
+        return "the patched changes differ from the record"
+    return None
 
 
 def check(tree: Path, texts: Sequence[str]) -> Status | str:
