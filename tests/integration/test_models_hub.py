@@ -348,3 +348,17 @@ def test_mtp_pair_without_heads_is_refused_from_the_remote_header(env: Env, tmp_
     assert gets and all(g.range and g.range.startswith("bytes=0-") for g in gets)
     assert sum(g.sent for g in gets) < f.stat().st_size // 2
     assert env.blobs() == []
+
+
+def test_a_changed_cached_file_is_not_used_until_pulled_again(env: Env, tmp_path: Path) -> None:
+    _pair(env, tmp_path)
+    assert env.cli("models", "pull", "p").returncode == 0
+    local = env.cli("models", "check", "p")
+    assert local.returncode == 0 and "range read" not in local.stdout  # verified local files
+    target = next(b for b in env.blobs() if b.stat().st_size > 1 << 20)
+    with target.open("r+b") as f:
+        f.seek(target.stat().st_size - 100)
+        f.write(b"\0" * 100)
+    again = env.cli("models", "check", "p")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "target-q8_0.gguf (range read)" in " ".join(again.stdout.split())

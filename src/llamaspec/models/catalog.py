@@ -34,7 +34,15 @@ def local_path(model: ModelFile, locked: dict | None) -> Path | None:
     if model.source == "embedded":
         return embedded_model()
     paths = [hub.cached_path(model, part, locked) for part in model.parts]
-    return paths[0] if all(paths) else None
+    if not all(paths):
+        return None
+    for i, (part, path) in enumerate(zip(model.parts, paths, strict=True)):
+        want = model.part_sha256(i) or ((locked or {}).get("sha256") or {}).get(part)
+        # a file changed since it was verified is not used (`models pull` replaces it);
+        # the digest is remembered per file state, so an unchanged file is not read again
+        if want and hub.sha256_of(path, lambda _m: None) != want:  # type: ignore[arg-type]
+            return None
+    return paths[0]
 
 
 def tokenizer(
