@@ -18,6 +18,14 @@ def test_ik_builds_from_the_sdist_and_passes_smoke(ik_build) -> None:
     assert "smoke: PASSED" in output
     report = json.loads((artifact.path / "smoke.json").read_text())
     assert report["passed"] and report["accepted"] > 0
+    # strict fast form on the F32 reference: ik at this pin has no ngram types, so the draft
+    # prompt alone; an early stop there is the catalogued defect, and the smoke names it
+    (strict,) = report["strict"]
+    assert strict["method"] == "draft"
+    assert strict["case"]["kind"] in ("identical", "known-defect"), strict
+    if strict["case"]["kind"] == "known-defect":
+        assert "ik-draft-short-output" in strict["case"]["defect"]
+        assert "known defect ik-draft-short-output" in output
     assert artifact.manifest["commit"] == "55d3c05bf7b377deaa5dc84d255d9740a345a206"
     statuses = {p["id"]: p["status"] for p in artifact.manifest["patches"]}
     assert statuses == {"ik-spec-port": "in-base", "ik-build-info": "applied"}
@@ -39,15 +47,17 @@ def test_ik_dialect_matches_its_help(ik_build) -> None:
         dialects.check_help(upstream, text, str(artifact.server))
 
 
-def test_ik_verify_draft_method(ik_build, tmp_path) -> None:
+def test_ik_verify_strict_draft_sequential(ik_build, tmp_path) -> None:
     artifact, _ = ik_build
-    # Sequential only: with four parallel slots ik at this pin has produced a hard
-    # divergence on the code prompt (speculative `#include <stdio.h>` where the reference
-    # chose `<algorithm>`, a token outside its top-10), depending on how requests batch;
-    # `nox -s verify` reports it, this test pins down the deterministic part.
-    proc = verify_cli(artifact, tmp_path, "--method", "draft", "--mode", "sequential")
+    # Strict tier on the F32 reference, sequential: ik at this pin aborts in its iqk flash
+    # attention with -np 4 on some prompt sequences (see README), so parallel mode is left
+    # to `nox -s verify`; this test pins down the deterministic part.
+    proc = verify_cli(
+        artifact, tmp_path, "--tier", "strict", "--method", "draft", "--mode", "sequential"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / f"verify-{artifact.id}-embedded.json").read_text())
     (draft,) = report["methods"]
-    assert draft["accepted"] > 0 and draft["hard"] == 0
-    assert draft["identical"] + draft["near_tie"] + draft["short"] == 5
+    assert report["tier"] == "strict" and draft["accepted"] > 0 and draft["failed"] == 0
+    kinds = [c["kind"] for c in draft["cases"]]
+    assert len(kinds) == 5 and set(kinds) <= {"identical", "known-defect"}, draft["cases"]

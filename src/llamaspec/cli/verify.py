@@ -59,7 +59,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         choices=["sequential", "parallel"],
         help="only these request modes (default: both)",
     )
+    v.add_argument(
+        "--repeat",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="built-in models: run the parallel mode N times (timing-dependent batching)",
+    )
     v.add_argument("--reports", type=Path, default=Path("reports"))
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
@@ -96,7 +113,15 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         )
         tiers = ["strict", "oracle"] if args.tier == "both" else [args.tier]
         outcome = suite.builtin(
-            artifact, dialect, which, tiers, args.method or None, args.mode, args.reports, console
+            artifact,
+            dialect,
+            which,
+            tiers,
+            args.method or None,
+            args.mode,
+            args.reports,
+            console,
+            args.repeat,
         )
     if outcome.failed:
         raise LlamaspecError(
@@ -111,10 +136,10 @@ def _check(args: argparse.Namespace) -> None:
     own = args.recipe or args.target
     if args.recipe and args.target:
         raise LlamaspecError("Give --recipe or --target, not both.")
-    if own and (args.model or args.method):
+    if own and (args.model or args.method or args.repeat > 1):
         raise LlamaspecError(
-            "--model/--method choose built-in models and methods; a --recipe or --target run "
-            "verifies exactly its own settings. Drop one of them."
+            "--model, --method and --repeat choose built-in models and methods; a --recipe or "
+            "--target run verifies exactly its own settings. Drop one of them."
         )
     if not args.target and (args.draft or args.spec):
         raise LlamaspecError("--draft and --spec go with --target FILE.")

@@ -57,6 +57,7 @@ def builtin(
     modes: Sequence[str],
     reports: Path,
     console: Console,
+    repeat: int = 1,
 ) -> Outcome:
     """The built-in models: strict on their F32 copies, oracle on the quantized embedded one."""
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
@@ -92,6 +93,7 @@ def builtin(
                     draft=ref_draft.path,
                     modes=modes,
                     reference_sha256=ref.sha256,
+                    repeat=repeat,
                 )
             )
         if "oracle" in tiers and name == "embedded":
@@ -107,6 +109,7 @@ def builtin(
                     tag=name,
                     draft=draft,
                     modes=modes,
+                    repeat=repeat,
                 )
             )
     return Outcome(tuple(out))

@@ -348,6 +348,11 @@ class Setup:
     draft: Path
     base: tuple[str, ...]
     prompts: tuple[Prompt, ...]
+    repeat: int = 1  # rounds of the parallel mode
+
+    def cycle(self, n: int) -> list[tuple[Prompt, int]]:
+        """(prompt, index into the reference outputs) for `n` outputs in prompt order."""
+        return [(self.prompts[i % len(self.prompts)], i % len(self.prompts)) for i in range(n)]
 
 
 def strict(
@@ -377,8 +382,8 @@ def strict(
             res = _run_method(artifact, setup, m, modes, logs, console)
             result: MethodResult = res["result"]
             for mode, outs in res["outputs"].items():
-                for p, r, s in zip(setup.prompts, refs, outs, strict=True):
-                    case = compare(p, mode, r, s, ref, defect)
+                for (p, k), s in zip(setup.cycle(len(outs)), outs, strict=True):
+                    case = compare(p, mode, refs[k], s, ref, defect)
                     if case.kind in ("different", "longer", "short"):
                         if orc is None:  # a plain one-slot server, only when needed
                             osrv = stack.enter_context(_oracle_server(artifact, setup, logs))
@@ -405,14 +410,19 @@ def _run_method(
     logs: Path,
     console: Console,
 ) -> dict:
+    """Run one method's server; `outputs[mode]` lists one output per prompt (the parallel
+    mode repeated `setup.repeat` times, prompts in the same order each time)."""
     res = MethodResult(m.name, [Path(a).name if Path(a).is_file() else a for a in m.argv])
     outputs: dict[str, list[Completion]] = {}
     with running(artifact.server, [*setup.base, *m.argv], logs / f"{m.name}.log") as srv:
         for mode, parallel in (("sequential", False), ("parallel", True)):
             if modes and mode not in modes:
                 continue
-            console.print(f"verify: {m.name}: {mode}")
-            outs = run_prompts(srv, setup.prompts, parallel)
+            rounds = setup.repeat if parallel else 1
+            console.print(f"verify: {m.name}: {mode}" + (f" × {rounds}" if rounds > 1 else ""))
+            outs: list[Completion] = []
+            for _ in range(rounds):
+                outs += run_prompts(srv, setup.prompts, parallel)
             res.drafted += sum(o.draft_n or 0 for o in outs)
             res.accepted += sum(o.draft_accepted or 0 for o in outs)
             outputs[mode] = outs
@@ -489,8 +499,8 @@ def oracle_tier(
                 res = _run_method(artifact, setup, m, modes, logs, console)
                 result: MethodResult = res["result"]
                 for mode, outs in res["outputs"].items():
-                    for p, r, s in zip(setup.prompts, refs, outs, strict=True):
-                        case = compare(p, mode, r, s, ref, defect)
+                    for (p, k), s in zip(setup.cycle(len(outs)), outs, strict=True):
+                        case = compare(p, mode, refs[k], s, ref, defect)
                         gaps = _gaps(orc, p, s)
                         case.max_gap = oracle_mod.max_gap(gaps) if gaps else None
                         over = [g for g in gaps if g.gap > env.max_gap]
@@ -520,6 +530,7 @@ def verify(
     modes: Sequence[str] = (),
     spec: Method | None = None,
     reference_sha256: str | None = None,
+    repeat: int = 1,
 ) -> VerifyReport:
     """Run one tier; write verify-<artifact>-<tag>[-oracle].json/.md into `out_dir`.
 
@@ -530,7 +541,7 @@ def verify(
         *base_args(model, ctx=4096 * PARALLEL_SLOTS, slots=PARALLEL_SLOTS),
         *determinism_args(help_text),
     )
-    setup = Setup(model, draft or model, base, tuple(prompts))
+    setup = Setup(model, draft or model, base, tuple(prompts), repeat)
     name = tag if tier == "strict" else f"{tag}-oracle"
     logs = out_dir / f"verify-{artifact.id}-{name}-logs"
     if spec is not None:
