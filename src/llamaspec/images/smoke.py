@@ -62,12 +62,16 @@ def smoke_image(
 ):
     """The smoke test, run against the image's own llama-server, plus its HEALTHCHECK."""
     from llamaspec.models.dialects import dialect_for
-    from llamaspec.models.embedded import embedded_model
+    from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
     from llamaspec.proof.client import running
+    from llamaspec.proof.reference import reference_copy
     from llamaspec.proof.smoke import base_args, smoke
 
     labels = tool.labels(ref)
     model = embedded_model(console.print)
+    # the F32 reference copy lives under the model directory, which the shim mounts
+    reference = reference_copy(model, EMBEDDED_SHA256, console.print)
+    inside_reference = Path(images.CONTAINER_MODELS) / reference.path.relative_to(model.parent)
     with (
         tool.working_container(ref) as ctr,
         tempfile.TemporaryDirectory(prefix="llamaspec-img-") as tmp,
@@ -81,7 +85,13 @@ def smoke_image(
         out = reports / f"docker-smoke-{manifest['artifact_id']}"
         inside_model = Path(images.CONTAINER_MODELS) / model.name
         report = smoke(
-            artifact, dialect_for(artifact, console.print, root), inside_model, out, console
+            artifact,
+            dialect_for(artifact, console.print, root),
+            inside_model,
+            out,
+            console,
+            reference=inside_reference,
+            reference_sha256=reference.sha256,
         )
         with running(server, base_args(inside_model), out / "logs" / "health.log") as srv:
             healthy = healthcheck(tool, ctr, srv.port)
