@@ -338,3 +338,41 @@ def test_the_embedded_model_is_verified_again_after_a_change_in_place() -> None:
     again = embedded.embedded_model(said.append)
     assert said and "assembling" in said[0]
     assert sources.sha256_file(again) == embedded.EMBEDDED_SHA256
+
+
+# --- tools that hang or print nothing ----------------------------------------------------
+
+
+def test_a_git_that_hangs_is_stopped_with_one_paragraph(
+    tmp_path: Path, hanging_index: tuple[str, threading.Event]
+) -> None:
+    from llamaspec.engine import gitutil
+
+    url, seen = hanging_index
+    gitutil.git("init", "-q", tmp_path / "r")
+    t0 = time.monotonic()
+    with pytest.raises(LlamaspecError) as err:
+        gitutil.git("fetch", url.replace("/simple/", "/x.git"), cwd=tmp_path / "r", timeout=2)
+    assert time.monotonic() - t0 < 20 and seen.is_set()
+    assert "`git fetch" in err.value.message and "did not finish within 2 s" in err.value.message
+    assert not _pids_running("git", "fetch", url.replace("/simple/", "/x.git"))
+
+
+def test_an_nvcc_that_prints_nothing_is_a_failed_check_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llamaspec.engine import preflight
+
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text("#!/bin/sh\nexit 0\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("CUDACXX", str(nvcc))
+    assert preflight.probe_nvcc(str(nvcc)).version == ()
+    (check,) = preflight.cuda_checks(None, [])
+    assert not check.ok and "names no CUDA release" in check.found
+    glslc = tmp_path / "glslc"
+    glslc.write_text("#!/bin/sh\nexit 1\n")
+    glslc.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    checks, _ = preflight.vulkan_checks(None, [])
+    assert "printed nothing" in checks[0].found
