@@ -91,6 +91,10 @@ def status(args: argparse.Namespace, engines: dict, console: Console) -> None:
                     state, note = patches.check(tree.path, texts), entry.notes[:60]
         table.add_row(entry.id, pr, entry.state, "on" if entry.default else "off", state, note)
     console.print(table)
+    from llamaspec.proof.defects import defects_for
+
+    for d in defects_for({"engine": engine.name, "commit": tree.commit, "patches": []}):
+        console.print(f"defect at {tree.short}: {d.describe()}")
     if unusable:
         raise LlamaspecError(
             f"{len(unusable)} catalog patch(es) for {engine.name} cannot be applied as written: "
