@@ -170,12 +170,14 @@ def run(
     install_hint: str | None = None,
     capture: bool = True,
     text: bool = True,
+    errors: str = "replace",
 ) -> subprocess.CompletedProcess:
     """Run `cmd` to completion in its own process group; raise LlamaspecError on trouble.
 
     `what` names the step for the user ("git fetch", "pip download"); `install_hint` says
     how to get the program when it is missing. On timeout or interrupt the whole process
     group is stopped; with `check`, a non-zero exit is an error quoting the output's tail.
+    `errors`: how undecodable output is read (`surrogateescape` keeps the exact bytes).
     """
     argv = _argv(cmd)
     what = what or Path(argv[0]).name
@@ -189,7 +191,7 @@ def run(
             stdout=pipe,
             stderr=pipe,
             text=text,
-            errors="replace" if text else None,
+            errors=errors if text else None,
             start_new_session=True,
         )
     except OSError as exc:

@@ -199,3 +199,19 @@ def test_import_refuses_files_that_are_not_git_diffs(upstream, tmp_path, monkeyp
     with pytest.raises(LlamaspecError, match="not a valid git diff"):
         patchsrc.import_diffs(out)
     assert not list(patchsrc.diff_cache("llama.cpp").iterdir())  # nothing was imported
+
+
+def test_a_commit_touching_a_non_utf8_file_keeps_its_exact_bytes(upstream, tmp_path) -> None:
+    repo, c = upstream
+    latin1 = "caf\xe9 na\xefve\n".encode("latin-1")
+    (repo / "tools/server/legacy.txt").write_bytes(latin1)
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "latin-1 file")
+    sha = run_git(repo, "rev-parse", "HEAD")
+    engine = make_engine(c["later"], git_url=repo.as_uri())
+    text = patchsrc.commit_diff(engine, sha, None, quiet)
+    assert patchsrc.commit_diff(engine, sha, None, quiet) == text  # the cached copy verifies
+    tree = tree_at(repo, c["later"], engine)
+    patched = patches.apply(tree, [entry([sha], state="open")], tmp_path, quiet, engine=engine,
+                            lock={"engines": {}, "patches": {}})  # fmt: skip
+    assert (patched.path / "tools/server/legacy.txt").read_bytes() == latin1

@@ -44,6 +44,7 @@ def git(
         input=input_text,
         timeout=timeout,
         check=False,
+        errors="surrogateescape",  # diffs of non-UTF-8 files keep their exact bytes
         what=f"`git {' '.join(map(str, args[:2]))}`",
         install_hint=(
             "llamaspec uses git to fetch sources and apply patches; install it "

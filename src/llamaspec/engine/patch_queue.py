@@ -185,7 +185,7 @@ def apply(
         texts, label = texts_for(entry, engine, lock, root, patch_source, say)  # type: ignore[arg-type]
         for text in texts:
             check_paths(entry, text)
-        digest = hashlib.sha256("".join(texts).encode()).hexdigest()
+        digest = hashlib.sha256("".join(texts).encode("utf-8", "surrogateescape")).hexdigest()
         decided.append((entry, None, texts, digest, label))
     key = hashlib.sha256(
         json.dumps([source.content_key, [(e.id, d, w) for e, w, _, d, _ in decided]]).encode()
@@ -246,7 +246,9 @@ def _staged_digest(tree: Path) -> str | None:
         "--no-optional-locks", "diff", "--cached", "--binary", "--full-index", "HEAD",
         cwd=tree, check=False,
     )  # fmt: skip
-    return hashlib.sha256(proc.stdout.encode()).hexdigest() if proc.returncode == 0 else None
+    if proc.returncode != 0:
+        return None
+    return hashlib.sha256(proc.stdout.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _record(tree: Path, meta: Path) -> None:

@@ -35,12 +35,12 @@ def diff_cache(engine: str) -> Path:
 
 
 def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8", errors="surrogateescape")
     os.replace(tmp, path)
 
 
@@ -75,7 +75,7 @@ def cached_diff(engine: str, sha: str, say: Say | None = None) -> str | None:
     if not path.is_file():
         return None
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
         want = record.read_text().strip() if record.is_file() else None
     except (OSError, UnicodeDecodeError):
         text, want = "", ""
@@ -201,7 +201,7 @@ def export_diffs(engine_names: list[str], dest: Path) -> int:
             if text is None:  # damaged: removed, not exported
                 continue
             (dest / name).mkdir(exist_ok=True)
-            (dest / name / diff.name).write_text(text, encoding="utf-8")
+            (dest / name / diff.name).write_text(text, encoding="utf-8", errors="surrogateescape")
             (dest / name / f"{diff.name}.sha256").write_text(_digest(text) + "\n")
             n += 1
     return n
@@ -216,7 +216,7 @@ def import_diffs(src: Path) -> int:
         if not FULL_SHA.match(diff.stem):
             raise LlamaspecError(f"{diff} is not named <full sha>.diff; refusing to import it.")
         try:
-            text = diff.read_text(encoding="utf-8")
+            text = diff.read_text(encoding="utf-8", errors="surrogateescape")
         except (OSError, UnicodeDecodeError) as exc:
             raise LlamaspecError(
                 f"{diff} cannot be read as text ({exc}); nothing was imported."
