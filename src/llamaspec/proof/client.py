@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from llamaspec.errors import LlamaspecError
+from llamaspec.errors import LlamaspecError, missing_extra
 from llamaspec.models.dialects import server_help
 
 __all__ = [
@@ -139,10 +139,8 @@ class Server:
         try:
             from openai import OpenAI
         except ImportError:
-            raise LlamaspecError(
-                "The OpenAI client is not installed; the smoke test uses it to check the "
-                "OpenAI-compatible endpoint. Install it with `pip install 'llamaspec[smoke]'` "
-                "(or `pip install openai`), then run again."
+            raise missing_extra(
+                "smoke", "openai", "The smoke test's check of the OpenAI-compatible endpoint"
             ) from None
         client = OpenAI(base_url=self.url + "/v1", api_key="llamaspec", timeout=300)
         text, timings = "", {}

@@ -341,8 +341,8 @@ def _strict(
         )
     ]
     if "ngram-mod" in help_text:
-        argv = dialects.spec_args(dialect, dialects.SpecSettings("ngram-mod"))
-        runs.append(("ngram-mod", REWRITE, [*argv, *verify.ngram_tuning(help_text)]))
+        argv = verify.render_method(dialect, help_text, ("ngram-mod",), {}, reference)
+        runs.append(("ngram-mod", REWRITE, argv))
     if n_predict is not None:
         runs = [(m, replace(p, n_predict=min(p.n_predict, n_predict)), a) for m, p, a in runs]
     base = [*base_args(reference), *verify.determinism_args(help_text)]

@@ -225,45 +225,54 @@ def takes_fa_value(help_text: str) -> bool:
     return re.search(r"--flash-attn\s*[\[(][^\])]*\boff\b", help_text) is not None
 
 
-def ngram_tuning(help_text: str) -> list[str]:
-    """Shorter ngram-mod matches and drafts than the defaults (48/64 tokens draft nothing on
-    short outputs), where the binary has the knobs."""
-    if "--spec-ngram-mod-n-min" not in dialects.help_flags(help_text):
-        return []
-    return [
-        "--spec-ngram-mod-n-min",
-        "4",
-        "--spec-ngram-mod-n-max",
-        "16",
-        "--spec-ngram-mod-n-match",
-        "8",
-    ]
+# ngram-mod's defaults (48/64-token matches) draft nothing on short outputs: shorter ones.
+NGRAM_MOD_KNOBS = {"ngram_mod_n_min": 4, "ngram_mod_n_max": 16, "ngram_mod_n_match": 8}
 
 
 def methods_for(dialect: str, help_text: str, draft: Path, has_mtp: bool) -> list[Method | str]:
     """The methods this binary supports; unsupported ones come back as a reason string."""
-    spec = dialects.SpecSettings
-    out: list[Method | str] = [
-        Method(
-            "draft", tuple(dialects.spec_args(dialect, spec("draft", draft, n_max=8, p_min=0.0)))
-        )
+    out: list[Method | str] = []
+    wanted: list[tuple[str, tuple[str, ...], dict]] = [
+        ("draft", ("draft",), {"draft_n_max": 8, "draft_p_min": 0.0}),
+        *((name, (name,), {}) for name in ("ngram-simple", "ngram-map-k", "ngram-mod")),
+        ("draft+ngram-mod", ("draft", "ngram-mod"), {"draft_n_max": 8, "draft_p_min": 0.0}),
     ]
-    for name in ("ngram-simple", "ngram-map-k", "ngram-mod"):
-        if name not in help_text:
+    listed = dialects.spec_type_choices(help_text)
+    for name, types, settings in wanted:
+        if any(t.startswith("ngram") and t not in help_text for t in types) or (
+            listed is not None and any(t.startswith("ngram") and t not in listed for t in types)
+        ):
             out.append(f"{name}: not in this binary's --spec-type list")
             continue
         try:
-            argv = dialects.spec_args(dialect, spec(name))  # type: ignore[arg-type]
+            argv = render_method(dialect, help_text, types, settings, draft)
         except LlamaspecError as exc:
             out.append(f"{name}: {exc.message.split('. ')[0]}")
             continue
-        tuning = ngram_tuning(help_text) if name == "ngram-mod" else []
-        out.append(Method(name, (*argv, *tuning)))
+        out.append(Method(name, tuple(argv)))
     if has_mtp:
-        out.append(Method("mtp", tuple(dialects.spec_args(dialect, spec("mtp", n_max=1)))))
+        out.append(
+            Method(
+                "mtp", tuple(render_method(dialect, help_text, ("mtp",), {"draft_n_max": 1}, draft))
+            )
+        )
     else:
         out.append("mtp: the model has no MTP heads")
     return out
+
+
+def render_method(
+    dialect: str, help_text: str, types: Sequence[str], settings: dict, draft: Path
+) -> list[str]:
+    from llamaspec import config
+
+    spec = config.SpecSettings(types=tuple(types), **settings)
+    if "ngram-mod" in types:
+        tuned = spec.model_copy(update=NGRAM_MOD_KNOBS)
+        argv = list(dialects.render(dialect, tuned, draft=draft).argv)
+        if {a for a in argv if a.startswith("-")} <= dialects.accepted_flags(help_text):
+            return argv
+    return list(dialects.render(dialect, spec, draft=draft).argv)
 
 
 def choose_methods(
