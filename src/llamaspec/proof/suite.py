@@ -96,7 +96,16 @@ def builtin(
                     repeat=repeat,
                 )
             )
-        if "oracle" in tiers and name == "embedded":
+        if (
+            "oracle" in tiers
+            and name == "embedded"
+            and artifact.manifest.get("engine") != "llama.cpp"
+        ):
+            console.print(
+                f"verify: oracle tier skipped: {artifact.manifest.get('engine')} returns no token "
+                "ids, which the per-token oracle needs (the strict tier ran)"
+            )
+        elif "oracle" in tiers and name == "embedded":
             out.append(
                 verify.verify(
                     artifact,
@@ -166,20 +175,22 @@ def for_recipe(
     engine = artifact.manifest["engine"]
     files = models.pull(catalog, recipe.pair, root, console)
     argv = _render(recipe, engine, dialect, artifact, files.target, files.draft)
-    out = [
-        verify.verify(
-            artifact,
-            dialect,
-            files.target,
-            reports,
-            console,
-            tier="oracle",
-            tag=f"recipe-{recipe.name}",
-            draft=files.draft,
-            modes=modes,
-            spec=spec_method(argv, recipe.name),
+    out = []
+    if not (strict and _no_token_ids(artifact, console)):
+        out.append(
+            verify.verify(
+                artifact,
+                dialect,
+                files.target,
+                reports,
+                console,
+                tier="oracle",
+                tag=f"recipe-{recipe.name}",
+                draft=files.draft,
+                modes=modes,
+                spec=spec_method(argv, recipe.name),
+            )
         )
-    ]
     if strict:
         sha = sha256_file(files.target)
         ref = reference_copy(files.target, sha, console.print)
@@ -244,20 +255,22 @@ def for_files(
         return verify.Method(kind, tuple(dialects.spec_args(dialect, s)))
 
     tag = f"file-{target.stem}"
-    out = [
-        verify.verify(
-            artifact,
-            dialect,
-            target,
-            reports,
-            console,
-            tier="oracle",
-            tag=tag,
-            draft=draft,
-            modes=modes,
-            spec=method(target, draft),
+    out = []
+    if not (strict and _no_token_ids(artifact, console)):
+        out.append(
+            verify.verify(
+                artifact,
+                dialect,
+                target,
+                reports,
+                console,
+                tier="oracle",
+                tag=tag,
+                draft=draft,
+                modes=modes,
+                spec=method(target, draft),
+            )
         )
-    ]
     if strict:
         ref = reference_copy(target, sha256_file(target), console.print)
         ref_draft = reference_copy(draft, sha256_file(draft), console.print) if draft else None
@@ -277,3 +290,14 @@ def for_files(
             )
         )
     return Outcome(tuple(out))
+
+
+def _no_token_ids(artifact: Artifact, console: Console) -> bool:
+    """Engines whose server returns no token ids cannot run the oracle tier (say so)."""
+    if artifact.manifest.get("engine") == "llama.cpp":
+        return False
+    console.print(
+        f"verify: oracle tier skipped: {artifact.manifest.get('engine')} returns no token ids, "
+        "which the per-token oracle needs; the strict tier runs"
+    )
+    return True

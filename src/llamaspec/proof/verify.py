@@ -495,6 +495,14 @@ def oracle_tier(
     defect = known_defect(artifact.manifest, "short-output")
     results: list[MethodResult] = []
     with _oracle_server(artifact, setup, logs) as osrv:
+        probe = complete(osrv, setup.prompts[0])
+        if probe.tokens and not isinstance(probe.tokens[0], int):
+            raise LlamaspecError(
+                f"The oracle tier needs token ids, and {artifact.manifest.get('engine')} at "
+                f"{str(artifact.manifest.get('commit'))[:7]} returns none (only token texts). "
+                "Verify this build with the strict tier instead (`--strict` with --recipe or "
+                "--target, `--tier strict` for the built-in models)."
+            )
         orc = oracle_mod.Oracle(osrv)
         env = measure_envelope(artifact, setup, help_text, orc, logs, console.print)
         console.print(f"verify: oracle: envelope {env.max_gap:.3f} nats {env.by_config}")
