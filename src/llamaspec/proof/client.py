@@ -12,7 +12,6 @@ import contextlib
 import math
 import os
 import re
-import signal
 import socket
 import subprocess
 import time
@@ -24,6 +23,7 @@ import httpx
 
 from llamaspec.errors import LlamaspecError, missing_extra
 from llamaspec.models.dialects import server_help
+from llamaspec.procs import kill_group
 
 __all__ = [
     "HOST",
@@ -214,16 +214,9 @@ def _wait_ready(server: Server, timeout: float) -> None:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    """Stop the server and anything it started (its own process group)."""
+    if proc.poll() is None:
+        kill_group(proc, grace=20)
 
 
 def base_args(model: Path, ctx: int = 4096, slots: int = 1) -> list[str]:

@@ -6,11 +6,11 @@ tiny GGUFs of any architecture; `-a '^qwen35$'` gives a Qwen3.5-style hybrid of 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from rich.console import Console
 
+from llamaspec import procs
 from llamaspec.engine import build as build_stage
 from llamaspec.engine import profiles as flags
 from llamaspec.engine.build import Artifact
@@ -36,12 +36,11 @@ def hybrid_model(artifact: Artifact, console: Console, arch: str = "qwen35", see
     if not (tools_dir / "bin" / TOOL).is_file():
         _build_tool(artifact, tools_dir, console)
     out_dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
+    proc = procs.run(
         [str(tools_dir / "bin" / TOOL), "-a", f"^{arch}$", "-s", str(seed), "-o", str(out_dir)],
-        capture_output=True,
-        text=True,
         timeout=600,
         check=False,
+        what=TOOL,
     )
     found = sorted(out_dir.glob("*.gguf"))
     if proc.returncode != 0 or not found:
