@@ -57,3 +57,47 @@ def test_missing_cmake_is_named_with_the_install_command(tmp_path: Path) -> None
     )
     assert proc.returncode == 2 and "cmake is not installed" in proc.stderr
     assert "apt-get install cmake" in " ".join(proc.stderr.split())
+
+
+def _no_tools(tmp_path: Path) -> dict[str, str]:
+    """An environment whose PATH has git and nothing else: no cmake, ninja or compiler."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if not (bin_dir / "git").exists():
+        (bin_dir / "git").symlink_to("/usr/bin/git")
+    return {"PATH": str(bin_dir), "LLAMASPEC_CACHE": str(tmp_path / "cache"), "HOME": str(tmp_path)}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["build", "--pin", "0c1e570"], "not a full 40-character commit SHA"),
+        (["build", "--patch", "nope"], "Unknown patch id 'nope'"),
+        (["build", "--define", "GGML_CUDA=maybe"], "neither ON nor OFF"),
+        (["build", "--define", "GGML_CUDA=2"], "turns on the cuda backend"),
+        (["build", "--source", "pypi", "--pin", "1" * 40], "no PyPI mirror"),
+        (["build", "--source-dir", "/nonexistent/x", "--source", "git"], "only goes with"),
+        (["smoke", "--artifact", "../x"], "is not an artifact id"),
+        (["build", "--source", "local", "--source-dir", "PLAIN", "--pin", "1" * 40], "plain"),
+    ],
+)
+def test_inputs_are_checked_before_tools_are_looked_for(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    plain = tmp_path / "plain"
+    (plain / "tools" / "server").mkdir(parents=True)
+    (plain / "CMakeLists.txt").write_text("x\n")
+    args = [str(plain) if a == "PLAIN" else a for a in args]
+    proc = subprocess.run(
+        [sys.executable, "-m", "llamaspec.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=_no_tools(tmp_path),
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    text = " ".join(proc.stderr.split())
+    assert message in text and "is not installed" not in text
+    assert "Traceback" not in proc.stderr + proc.stdout

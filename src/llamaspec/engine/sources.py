@@ -344,6 +344,24 @@ def _extract_subdir(sdist: Path, subdir: str, dest: Path) -> None:
 # --- local -------------------------------------------------------------------------------
 
 
+def _git_kind(src: Path) -> Literal["bare", "checkout"] | None:
+    """Whether `src` is a bare repository, the top of a git checkout, or a plain tree."""
+    bare = gitutil.git("rev-parse", "--is-bare-repository", cwd=src, check=False)
+    if bare.returncode == 0 and bare.stdout.strip() == "true":
+        return "bare"
+    return "checkout" if gitutil.is_repo_root(src) else None
+
+
+def _plain_pin_error(engine: Engine, pin: str, src: Path) -> LlamaspecError:
+    return LlamaspecError(
+        f"--pin {pin[:12]} cannot be checked against {src}: it is a plain directory, not a "
+        "git checkout, so nothing in it proves which commit it holds. Use a git checkout "
+        f"of {engine.name} as --source-dir (llamaspec then checks out the pinned commit "
+        "from it), or drop --pin to build the directory as it is (the artifact then "
+        "records its content hash, not a commit)."
+    )
+
+
 def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> SourceTree:
     """Use a directory the user has: a git checkout (any commit of it) or a plain tree."""
     src = source_dir.expanduser().resolve()
@@ -352,11 +370,10 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
             f"--source-dir {source_dir} does not exist or is not a directory. Give the path of "
             f"a {engine.name} checkout (the directory that holds CMakeLists.txt)."
         )
-    bare = gitutil.git("rev-parse", "--is-bare-repository", cwd=src, check=False)
-    is_bare = bare.returncode == 0 and bare.stdout.strip() == "true"
-    if not is_bare:
+    kind = _git_kind(src)
+    if kind != "bare":
         _check_engine_tree(src, engine, "--source-dir")
-    if is_bare or gitutil.is_repo_root(src):
+    if kind is not None:
         commit = pin or gitutil.head(src)
         have = gitutil.git("cat-file", "-e", f"{commit}^{{commit}}", cwd=src, check=False)
         if have.returncode != 0:
@@ -387,13 +404,7 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
         return tree
     # A plain directory: snapshot it; the content decides the cache entry.
     if pin:
-        raise LlamaspecError(
-            f"--pin {pin[:12]} cannot be checked against {src}: it is a plain directory, not a "
-            "git checkout, so nothing in it proves which commit it holds. Use a git checkout "
-            f"of {engine.name} as --source-dir (llamaspec then checks out the pinned commit "
-            "from it), or drop --pin to build the directory as it is (the artifact then "
-            "records its content hash, not a commit)."
-        )
+        raise _plain_pin_error(engine, pin, src)
     say(f"source: snapshotting local tree {src}")
     parent = cache_dir() / "sources" / engine.name
     parent.mkdir(parents=True, exist_ok=True)
@@ -440,6 +451,8 @@ def check_request(
                 f"--source-dir {source_dir} does not exist or is not a directory. Give the path "
                 f"of a {engine.name} checkout (the directory that holds CMakeLists.txt)."
             )
+        if pin and _git_kind(source_dir.expanduser().resolve()) is None:
+            raise _plain_pin_error(engine, pin, source_dir.expanduser().resolve())
         return
     if source_dir is not None:
         raise LlamaspecError(f"--source-dir only goes with --source local (not --source {kind}).")
