@@ -6,6 +6,7 @@ after the build unless --no-smoke.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,29 @@ class BuildSpec:
 
 
 def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> build_stage.Artifact:
+    """Fetch, patch and build `spec`; a failing file operation is one paragraph too."""
+    try:
+        return _run_build(spec, console, root)
+    except OSError as exc:
+        raise LlamaspecError(
+            f"The build stopped: {_os_error(exc)}. Check that file, free disk space and the "
+            "permissions of the cache (LLAMASPEC_CACHE) and of --dist, then run again; "
+            "finished cache entries stay valid and half-made ones are not used."
+        ) from None
+
+
+def _os_error(exc: OSError) -> str:
+    """An OSError in a few words (shutil.copytree's carries a list of per-file errors)."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list):
+        errors = exc.args[0]
+        if errors and len(errors[0]) == 3:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            return f"{errors[0][2]} while copying {errors[0][0]}{more}"
+    where = f" on {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+def _run_build(spec: BuildSpec, console: Console, root: Path | None) -> build_stage.Artifact:
     # Every input is validated before any work, and before the tools are looked for: a typo
     # is reported as a typo even on a machine without a compiler.
     build_stage.check_dist(spec.dist)
