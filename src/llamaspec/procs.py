@@ -53,13 +53,15 @@ def install_signal_handlers() -> None:
 
     A closed terminal or a cancelled CI job then unwinds the stack like Ctrl-C: running
     children are stopped with their process groups and temporary directories are removed.
+    A signal that is ignored (`nohup` ignores SIGHUP) stays ignored.
     """
     global _terminating
     if threading.current_thread() is not threading.main_thread():
         return
     _terminating = False
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _on_signal)
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _on_signal)
 
 
 def exit_status(exc: KeyboardInterrupt) -> int:

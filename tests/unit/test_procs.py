@@ -181,3 +181,23 @@ def test_signal_to_parent_leaves_no_orphans_and_no_tempdir(tmp_path: Path, sig: 
     assert "interrupted" in out
     assert not tmp.exists()
     assert not _alive(child) and not _alive(grandchild)
+
+
+def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
+    code = (
+        "import signal, os, time\n"
+        "from llamaspec import procs\n"
+        "procs.install_signal_handlers()\n"
+        "os.kill(os.getpid(), signal.SIGHUP)\n"
+        "time.sleep(0.2)\n"
+        "print('survived', signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL)\n"
+    )
+    # like `nohup llamaspec …`: SIGHUP ignored by the parent, inherited by the child
+    proc = subprocess.run(
+        [PY, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "survived True", proc.stderr
