@@ -307,3 +307,34 @@ def test_llamaspec_config_must_name_a_readable_file(tmp_path, monkeypatch, kind:
     with pytest.raises(LlamaspecError, match=message[kind]) as err:
         resolve_options(BuildSpec(backend="cpu"), "llama.cpp")
     assert "\n" not in err.value.message
+
+
+def test_private_vulkan_headers_are_verified_on_use() -> None:
+    from llamaspec.engine import vulkan_headers as vkheaders
+
+    target = vkheaders.prefix()
+    core = target.include_dir / "vulkan" / "vulkan_core.h"
+    core.parent.mkdir(parents=True)
+    core.write_text("#define VK_HEADER_VERSION 309\n")
+    (target.include_dir / "vulkan" / "vulkan.hpp").write_text("// hpp\n")
+    assert not target.complete  # not marked yet
+    vkheaders.mark_complete(target.root, vkheaders.DEBS["amd64"])
+    assert target.complete
+    core.write_text("#define VK_HEADER_VERSION 239\n")  # changed after unpacking
+    assert not target.complete
+    core.write_text("#define VK_HEADER_VERSION 309\n")
+    assert target.complete
+    (target.include_dir / "vulkan" / "vulkan.hpp").unlink()
+    assert not target.complete
+
+
+def test_unpacking_dirs_of_killed_runs_are_removed(tmp_path: Path) -> None:
+    from llamaspec.engine import vulkan_headers as vkheaders
+
+    parent = vkheaders.prefix().root.parent
+    stale = parent / f".tmp-{vkheaders.RELEASE}-999999999"
+    (stale / "usr").mkdir(parents=True)
+    live = parent / f".tmp-{vkheaders.RELEASE}-{os.getppid()}"
+    live.mkdir()
+    vkheaders._clean_stale(parent)
+    assert not stale.exists() and live.exists()

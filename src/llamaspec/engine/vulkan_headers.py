@@ -64,9 +64,46 @@ class HeaderPrefix:
 
     @property
     def complete(self) -> bool:
-        return (self.root / ".complete").is_file() and (
-            self.include_dir / "vulkan" / "vulkan_core.h"
-        ).is_file()
+        """Unpacked, and every file still as unpacked (checked on each use)."""
+        marker = self.root / ".complete"
+        if not (marker.is_file() and (self.include_dir / "vulkan" / "vulkan_core.h").is_file()):
+            return False
+        recorded = [
+            ln.split()[1] for ln in marker.read_text().splitlines() if ln.startswith("tree ")
+        ]
+        return not recorded or recorded[0] == tree_digest(self.root)
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over every file's relative path and content (links by target), `.complete` aside."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.name != ".complete"):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            h.update(f"L {rel} {os.readlink(path)}\n".encode())
+        elif path.is_file():
+            h.update(f"F {rel} {path.stat().st_size}\n".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def mark_complete(root: Path, debs: tuple[Deb, ...]) -> None:
+    """Record what was unpacked into `root` and the digest of the result."""
+    lines = "".join(f"{d.package} {d.pool_path} {d.sha256}\n" for d in debs)
+    (root / ".complete").write_text(lines + f"tree {tree_digest(root)}\n")
+
+
+def _clean_stale(parent: Path) -> None:
+    """Remove unpacking directories of runs that were killed (`.tmp-<release>-<pid>`)."""
+    for entry in parent.glob(f".tmp-{RELEASE}-*"):
+        pid = entry.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                shutil.rmtree(entry, ignore_errors=True)
+            except PermissionError:
+                pass
 
 
 def prefix() -> HeaderPrefix:
@@ -104,6 +141,8 @@ def install(say: Callable[[str], None] = print, mirror: str | None = None) -> He
         )
     base = (mirror or os.environ.get("LLAMASPEC_DEBIAN_MIRROR") or MIRROR).rstrip("/")
     work = target.root.with_name(f".tmp-{RELEASE}-{os.getpid()}")
+    work.parent.mkdir(parents=True, exist_ok=True)
+    _clean_stale(work.parent)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
@@ -116,9 +155,7 @@ def install(say: Callable[[str], None] = print, mirror: str | None = None) -> He
                 ["dpkg", "-x", str(path), str(work)], timeout=600, what=f"`dpkg -x {path.name}`"
             )
             path.unlink()
-        (work / ".complete").write_text(
-            "".join(f"{d.package} {d.pool_path} {d.sha256}\n" for d in DEBS[arch])
-        )
+        mark_complete(work, DEBS[arch])
         if target.root.exists():
             shutil.rmtree(target.root)
         os.replace(work, target.root)
