@@ -24,8 +24,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from llamaspec.engine.build import Artifact
+from llamaspec.models import dialects
 from llamaspec.proof import costmodel
-from llamaspec.proof.client import Server, running
+from llamaspec.proof.client import Server, running, server_help
 from llamaspec.proof.workloads import Workload
 
 # Flags that switch speculation on or tune it (all take one value), in every dialect.
@@ -311,6 +312,7 @@ def bench(
     cells = {(w.name, c): Cell(w.name, c) for c in levels for w in workloads}
     commands: dict[str, str] = {}
     has_counters = False
+    flags = dialects.help_flags(server_help(artifact.server))
     started = time.monotonic()
     with progress(console) as bar:
         task = bar.add_task("bench", total=steps + cost_steps)
@@ -319,20 +321,26 @@ def bench(
             spec_args = [*with_slots(p.plain_args, c), *p.spec_args, *extra_args]
             commands[f"plain, {c} slot(s)"] = shown(plain_args)
             commands[f"speculative, {c} slot(s)"] = shown(spec_args)
-            with (
-                running(artifact.server, plain_args, logs / f"plain-np{c}.log") as plain_srv,
-                running(artifact.server, spec_args, logs / f"spec-np{c}.log") as spec_srv,
-            ):
-                if c == 1 and cost_model:
+            if c == min(levels) and cost_model:
+                # A full-size sliding-window cache lets the slot cut back to exactly the
+                # prefix (otherwise it restarts from a checkpoint a few tokens earlier).
+                swa = ["--swa-full"] if "--swa-full" in flags else []
+                cost_args = [*with_slots(p.plain_args, 1), *swa]
+                commands["cost model"] = shown(cost_args)
+                with running(artifact.server, cost_args, logs / "cost-model.log") as cost_srv:
                     bar.update(task, description="cost model: target batch timings")
                     costs = costmodel.measure_batches(
-                        plain_srv,
+                        cost_srv,
                         _COST_PREFIX,
                         _COST_EXTRA,
                         p.k_max,
                         progress=lambda: bar.advance(task),
                     )
-                    draft_cost = _draft_cost(artifact, p, plain_srv, logs, has_ngram_only)
+                    draft_cost = _draft_cost(artifact, p, cost_srv, logs, has_ngram_only)
+            with (
+                running(artifact.server, plain_args, logs / f"plain-np{c}.log") as plain_srv,
+                running(artifact.server, spec_args, logs / f"spec-np{c}.log") as spec_srv,
+            ):
                 for rep in range(repetitions):
                     for w in workloads:
                         for mode, srv in (("plain", plain_srv), ("spec", spec_srv)):

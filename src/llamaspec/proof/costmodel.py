@@ -187,6 +187,8 @@ class BatchCosts:
     prefix_tokens: int
 
     def ratios(self) -> dict[int, float]:
+        if 1 not in self.batch_ms:
+            return {}
         return {k: round(ratio(self.batch_ms, k), 3) for k in sorted(self.batch_ms)}
 
 
@@ -219,7 +221,7 @@ def measure_batches(
     decode: list[float] = []
     for k in batch_points(k_max):
         for _ in range(repeats):
-            warm = _post(server, {**base, "prompt": prefix, "n_predict": 8, "ignore_eos": True})
+            warm = _post(server, {**base, "prompt": prefix, "n_predict": 4, "ignore_eos": True})
             t = warm.get("timings", {})
             if t.get("predicted_n"):
                 decode.append(float(t["predicted_ms"]) / float(t["predicted_n"]))

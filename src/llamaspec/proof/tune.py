@@ -171,7 +171,10 @@ def recipe_plan(
     )
     dialects.check_against_help(cmd, help_text, f"{artifact.id}/llama-server")
     spec = recipe.for_engine(engine).spec
-    k_max = max(spec.draft_n_max, spec.ngram_mod_n_max or 0, _extra_size_m(cmd.argv), 16) + 1
+    # n-gram drafts run to their engine's own defaults (upstream: ngram-mod 64, maps 48)
+    ngram_default = 64 if any(t.startswith("ngram") for t in spec.types) else 0
+    longest = max(spec.ngram_mod_n_max or ngram_default, _extra_size_m(cmd.argv))
+    k_max = max(spec.draft_n_max, longest, 16) + 1
     return bench.plan(recipe.name, cmd.argv, spec.types, Path(target), draft, min(k_max, 65))
 
 
