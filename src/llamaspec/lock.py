@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from llamaspec.config import FULL_SHA, Engine, PatchEntry
+from llamaspec.config import FULL_SHA, Engine, PatchEntry, load_yaml_text
 from llamaspec.errors import LlamaspecError
 
 LOCK = "llamaspec.lock"
@@ -16,7 +16,7 @@ def load(root: Path) -> dict:
     path = root / LOCK
     if not path.is_file():
         return {"engines": {}, "patches": {}, "models": {}}
-    data = yaml.safe_load(path.read_text()) or {}
+    data = load_yaml_text(path.read_text(), str(path)) or {}
     return {key: data.get(key) or {} for key in ("engines", "patches", "models")}
 
 

@@ -86,9 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LlamaspecError as exc:
         Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        from llamaspec import procs
+
         Console(stderr=True).print("interrupted; caches were left consistent")
-        return 130
+        return procs.exit_status(exc)
     return 0
 
 
