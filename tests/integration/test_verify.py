@@ -5,56 +5,132 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from helpers import llamaspec, verify_cli
 
 pytestmark = pytest.mark.integration
 
 
-def test_verify_embedded_pair(upstream_artifact, tmp_path) -> None:
-    # draft model + ngram-mod: the methods users run; ngram-simple/map-k are in `nox -s verify`
-    proc = verify_cli(upstream_artifact, tmp_path, "--method", "draft", "--method", "ngram-mod")
+def _report(tmp_path, artifact, tag: str) -> dict:
+    return json.loads((tmp_path / f"verify-{artifact.id}-{tag}.json").read_text())
+
+
+def test_strict_tier_on_the_embedded_reference_copy(upstream_artifact, tmp_path) -> None:
+    """F32 copy of the embedded model: draft and ngram-mod, sequential and on 4 parallel
+    slots, must be token-identical to plain decoding; no threshold."""
+    proc = verify_cli(
+        upstream_artifact, tmp_path, "--model", "embedded", "--tier", "strict",
+        "--method", "draft", "--method", "ngram-mod",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    emb = json.loads((tmp_path / f"verify-{upstream_artifact.id}-embedded.json").read_text())
-    assert emb["passed"] and emb["envelope"]["threshold"] >= 0.5
-    by_name = {m["method"]: m for m in emb["methods"]}
+    rep = _report(tmp_path, upstream_artifact, "embedded")
+    assert rep["tier"] == "strict" and rep["passed"] and len(rep["reference_sha256"]) == 64
+    assert rep["model"].endswith("-f32.gguf")
+    by_name = {m["method"]: m for m in rep["methods"]}
     assert set(by_name) == {"draft", "ngram-mod"}
     for m in by_name.values():
-        assert m["hard"] == 0 and m["accepted"] > 0
-        assert m["identical"] + m["near_tie"] + m["short"] == 2 * 5  # seq + parallel, 5 prompts
-    assert (tmp_path / f"verify-{upstream_artifact.id}-embedded.md").is_file()
+        assert m["failed"] == 0 and m["accepted"] > 0, m
+        assert m["identical"] == 2 * 5  # every prompt, sequential and parallel
+    assert (
+        "token-identical" in (tmp_path / f"verify-{upstream_artifact.id}-embedded.md").read_text()
+    )
 
 
-def test_verify_hybrid_model_through_the_checkpoint_path(upstream_artifact, tmp_path) -> None:
-    proc = verify_cli(upstream_artifact, tmp_path, "--model", "hybrid")
+def test_strict_tier_on_the_hybrid_model_through_the_checkpoint_path(
+    upstream_artifact, tmp_path
+) -> None:
+    proc = verify_cli(upstream_artifact, tmp_path, "--model", "hybrid", "--tier", "strict")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    hyb = json.loads((tmp_path / f"verify-{upstream_artifact.id}-hybrid.json").read_text())
-    by_name = {m["method"]: m for m in hyb["methods"]}
-    assert hyb["passed"] and set(by_name) == {"draft", "ngram-mod"}
+    rep = _report(tmp_path, upstream_artifact, "hybrid")
+    by_name = {m["method"]: m for m in rep["methods"]}
+    assert rep["passed"] and set(by_name) == {"draft", "ngram-mod"}
     assert by_name["ngram-mod"]["accepted"] > 0
     # a draft with other weights is mostly rejected: each rejection restores a checkpoint
     assert by_name["draft"]["drafted"] > by_name["draft"]["accepted"]
     for m in by_name.values():
-        assert m["hard"] == 0 and m["identical"] + m["near_tie"] == 2 * 5
+        assert m["failed"] == 0 and m["identical"] == 2 * 5
+
+
+def test_oracle_tier_for_a_recipe_on_the_quantized_model(upstream_artifact, tmp_path) -> None:
+    """`verify --recipe`: the recipe's own settings, every emitted token judged by the
+    plain server's log-probabilities, against the envelope measured without speculation."""
+    proc = verify_cli(upstream_artifact, tmp_path, "--recipe", "gemma3-270m-ngram")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = _report(tmp_path, upstream_artifact, "recipe-gemma3-270m-ngram-oracle")
+    assert rep["tier"] == "oracle" and rep["passed"] and rep["oracle_requests"] > 0
+    env = rep["envelope"]
+    assert {"sequential", "parallel slots", "micro-batch 4"} <= set(env["by_config"])
+    (m,) = rep["methods"]
+    assert "ngram-mod" in " ".join(m["argv"])
+    assert m["summary"]["sequential"]["failed"] == 0
 
 
 def test_bench_writes_json_markdown_and_png(upstream_artifact, tmp_path) -> None:
+    # the ngram recipe, cheaply: one repetition of two short workloads, one client
     proc = llamaspec(
         "bench",
+        "gemma3-270m-ngram",
         "--artifact",
         upstream_artifact.id,
         "--dist",
         str(upstream_artifact.path.parent),
         "--repetitions",
         "1",
+        "--workload",
+        "copy",
+        "--workload",
+        "qa",
+        "--concurrency",
+        "1",
         "--reports",
         str(tmp_path),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    stem = tmp_path / f"bench-gemma3-270m-self-{upstream_artifact.id}"
+    stem = tmp_path / f"bench-gemma3-270m-ngram-{upstream_artifact.id}"
     report = json.loads(stem.with_suffix(".json").read_text())
-    assert {w["workload"] for w in report["workloads"]} == {"code-rewrite", "prose", "conversation"}
-    for w in report["workloads"]:
-        assert w["summary"]["spec_tps_median"] > 0 and w["summary"]["accepted"] > 0
-    assert stem.with_suffix(".md").read_text().startswith("# Bench")
+    # the recipe's own spec arguments, not a draft model
+    assert report["spec_args"][:2] == ["--spec-type", "ngram-mod"]
+    assert not any("draft" in a for a in report["spec_args"])
+    assert "--spec-type ngram-mod" in report["commands"]["speculative, 1 slot(s)"]
+    assert "--spec-type" not in report["commands"]["plain, 1 slot(s)"]
+    assert "gemma-3-270m-q4_k_m.gguf" in report["commands"]["plain, 1 slot(s)"]
+    assert "/" not in report["commands"]["plain, 1 slot(s)"].split(" -m ")[1].split()[0]
+    by = {w["workload"]: w["summary"] for w in report["workloads"]}
+    assert set(by) == {"copy", "qa"}
+    assert by["copy"]["accepted"] > 0 and by["copy"]["spec_tps_median"] > 0
+    assert report["cost_model"]["batch_ratio"]["1"] == 1.0
+    assert report["machine"]["cores"] >= 1 and report["commit"]
+    md = stem.with_suffix(".md").read_text()
+    assert md.startswith("# Bench") and "Cost model" in md and upstream_artifact.id in md
     assert stem.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tune_resumes_refuses_a_tiny_budget_and_writes_a_recipe(upstream_artifact, tmp_path):
+    common = (
+        "--artifact",
+        upstream_artifact.id,
+        "--dist",
+        str(upstream_artifact.path.parent),
+        "--workload",
+        "copy",
+        "--reports",
+        str(tmp_path / "reports"),
+        "--out",
+        str(tmp_path / "recipes"),
+    )
+    tiny = llamaspec("tune", "gemma3-270m-ngram", "--budget", "0.05", *common)
+    assert tiny.returncode == 2 and "too small for one candidate" in " ".join(tiny.stderr.split())
+    assert "Traceback" not in tiny.stderr
+    proc = llamaspec("tune", "gemma3-270m-ngram", "--budget", "3", "--candidates", "2", *common)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    state = tmp_path / "reports" / f"tune-gemma3-270m-ngram-{upstream_artifact.id}.state.json"
+    assert len(json.loads(state.read_text())["done"]) == 2
+    tuned = yaml.safe_load((tmp_path / "recipes" / "gemma3-270m-ngram-tuned.yaml").read_text())
+    assert tuned["pair"] == "gemma3-270m-ngram" and tuned["spec"]["types"]
+    m = tuned["measured"]
+    assert m["artifact"] == upstream_artifact.id and "cores" in m["hardware"]
+    assert upstream_artifact.manifest["commit"][:12] in m["engine"]
+    # the resumed run measures nothing again and writes the same winner
+    again = llamaspec("tune", "gemma3-270m-ngram", "--budget", "3", "--candidates", "2", *common)
+    assert again.returncode == 0 and "resuming" in again.stdout

@@ -111,8 +111,24 @@ def check_fits(source: Path, where: Path, need: int | None = None) -> int:
     return need
 
 
+def is_f32(source: Path) -> bool:
+    """Whether every float tensor of `source` is already F32 (then it is its own reference)."""
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    reader = _reader(source, GGUFReader)
+    return all(
+        t.tensor_type == GGMLQuantizationType.F32
+        for t in reader.tensors
+        if _is_float(t.tensor_type)
+    )
+
+
 def reference_copy(source: Path, source_sha256: str, say: Say = lambda _m: None) -> Reference:
-    """The verified F32 copy of `source` (made once, checked on every use)."""
+    """The verified F32 copy of `source` (made once, checked on every use); a model that is
+    F32 already is its own reference."""
+    if is_f32(source):
+        say(f"reference: {source.name} is F32 already; it is its own reference")
+        return Reference(source, source.name, source_sha256, source_sha256, source.stat().st_size)
     dest = cache_dir() / "models" / "reference" / f"{source.stem}-{source_sha256[:16]}-f32.gguf"
     record = dest.with_suffix(".json")
     if dest.is_file() and record.is_file():
@@ -153,7 +169,11 @@ def write_f32(source: Path, dest: Path) -> None:
         if name.startswith(SKIP_KEYS):
             continue
         vtype = GGUFValueType(field.types[0])
-        sub = GGUFValueType(field.types[1]) if vtype == GGUFValueType.ARRAY else None
+        sub = None
+        if vtype == GGUFValueType.ARRAY:
+            # an empty array names its item type only in the raw field (after the key)
+            item = field.types[1] if len(field.types) > 1 else int(field.parts[3][0])
+            sub = GGUFValueType(item)
         writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
     writer.add_file_type(0)  # all F32
     for t in reader.tensors:
