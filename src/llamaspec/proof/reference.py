@@ -171,9 +171,9 @@ def write_f32(source: Path, dest: Path) -> None:
         vtype = GGUFValueType(field.types[0])
         sub = None
         if vtype == GGUFValueType.ARRAY:
-            # an empty array names its item type only in the raw field (after the key)
-            item = field.types[1] if len(field.types) > 1 else int(field.parts[3][0])
-            sub = GGUFValueType(item)
+            if len(field.types) < 2:
+                continue  # an empty array: the gguf writer cannot write one, and it says nothing
+            sub = GGUFValueType(field.types[1])
         writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
     writer.add_file_type(0)  # all F32
     for t in reader.tensors:
