@@ -484,3 +484,22 @@ def test_readme_lists_every_pair_with_its_recipes() -> None:
         assert name in rows, f"README's pairs table lacks {name}"
     for recipe in config.load_recipes(ROOT, models).values():
         assert f"`{recipe.name}`" in rows[recipe.pair], f"README: {recipe.name} not listed"
+
+
+def test_cli_renders_the_ngram_recipe_for_ik_at_its_default_pin(tmp_path: Path) -> None:
+    """Issue 18: ik_llama.cpp 55d3c05 has `--spec-type ngram-mod`; the recipe renders to it."""
+    proc = cli(
+        "recipe", "show", "gemma3-270m-ngram", "--engine", "ik_llama.cpp", env_cache=tmp_path
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0].endswith("-c 4096 -np 1 --spec-type ngram-mod")
+    proc = cli(
+        "recipe", "show", "deepseek-r1", "--engine", "ik_llama.cpp", "--backend", "cpu",
+        env_cache=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = proc.stdout.splitlines()[0]
+    assert line.endswith("--draft-max 12 --draft-min 0 --draft-p-min 0.5") and "-ngl" not in line
+    assert "dropped -ngl 99, -ngld 99, -ot exps=CPU" in " ".join(
+        (proc.stdout + proc.stderr).split()
+    )
