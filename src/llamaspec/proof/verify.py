@@ -137,6 +137,11 @@ class MethodResult:
     cases: list[Case] = field(default_factory=list)
     drafted: int = 0
     accepted: int = 0
+    per_mode: dict[str, list[int]] = field(default_factory=dict)  # mode: [drafted, accepted]
+
+    def drafts(self, mode: str) -> tuple[int, int]:
+        d, a = self.per_mode.get(mode, [0, 0])
+        return d, a
 
     def count(self, kind: str, mode: str | None = None) -> int:
         return sum(1 for c in self.cases if c.kind == kind and mode in (None, c.mode))
@@ -432,8 +437,11 @@ def _run_method(
             outs: list[Completion] = []
             for _ in range(rounds):
                 outs += run_prompts(srv, setup.prompts, parallel)
-            res.drafted += sum(o.draft_n or 0 for o in outs)
-            res.accepted += sum(o.draft_accepted or 0 for o in outs)
+            drafted = sum(o.draft_n or 0 for o in outs)
+            accepted = sum(o.draft_accepted or 0 for o in outs)
+            res.per_mode[mode] = [drafted, accepted]
+            res.drafted += drafted
+            res.accepted += accepted
             outputs[mode] = outs
     return {"result": res, "outputs": outputs}
 
@@ -668,16 +676,18 @@ def markdown(report: VerifyReport) -> str:
                 continue
             if report.tier == "strict":
                 failed = sum(1 for c in m.failures if c.mode == mode)
+                d, a = m.drafts(mode)
                 lines.append(
                     f"| {m.method} | {mode} | {m.count('identical', mode)} | {failed} | "
-                    f"{m.count('known-defect', mode)} | {m.drafted} | {m.accepted} | |"
+                    f"{m.count('known-defect', mode)} | {d} | {a} | |"
                 )
             else:
                 gap = _finite(m.max_gap(mode))
+                d, a = m.drafts(mode)
                 lines.append(
                     f"| {m.method} | {mode} | {m.count('identical', mode)} | "
                     f"{m.count('within', mode)} | {m.count('over-envelope', mode)} | {gap} | "
-                    f"{m.drafted} | {m.accepted} | |"
+                    f"{d} | {a} | |"
                 )
     for m in report.methods:
         for c in m.cases:
@@ -732,8 +742,7 @@ def print_table(report: VerifyReport, console: Console) -> None:
                 mode,
                 str(m.count("identical", mode)),
                 *extra,
-                str(m.drafted),
-                str(m.accepted),
+                *map(str, m.drafts(mode)),
                 "",
             )
     console.print(table)
