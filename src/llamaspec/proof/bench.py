@@ -208,8 +208,12 @@ def run(server: Server, w: Workload, concurrency: int) -> Sample:
     """`concurrency` clients run workload `w` at once; counters are read around them."""
     before = costmodel.counters(server)
     t0 = time.monotonic()
-    with ThreadPoolExecutor(concurrency) as pool:
+    pool = ThreadPoolExecutor(concurrency)
+    try:
         results = list(pool.map(lambda _i: client(server, w), range(concurrency)))
+    finally:
+        # on an interrupt, do not wait for requests in flight: stopping the server ends them
+        pool.shutdown(wait=False, cancel_futures=True)
     wall = time.monotonic() - t0
     delta = costmodel.counters(server) - before
     tps = sum(tok / (ms / 1000) for tok, ms, _, _ in results if ms > 0)
