@@ -340,7 +340,7 @@ def _strict(
             ),
         )
     ]
-    if "ngram-mod" in help_text:
+    if verify.offers(help_text, "ngram-mod"):
         argv = verify.render_method(dialect, help_text, ("ngram-mod",), {}, reference)
         runs.append(("ngram-mod", REWRITE, argv))
     if n_predict is not None:

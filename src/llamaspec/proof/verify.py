@@ -234,6 +234,12 @@ def takes_fa_value(help_text: str) -> bool:
 NGRAM_MOD_KNOBS = {"ngram_mod_n_min": 4, "ngram_mod_n_max": 16, "ngram_mod_n_match": 8}
 
 
+def offers(help_text: str, spec_type: str) -> bool:
+    """Whether the binary's --help lists `spec_type` under --spec-type (either engine's way)."""
+    listed = dialects.spec_type_choices(help_text)
+    return spec_type in listed if listed is not None else spec_type in help_text
+
+
 def methods_for(dialect: str, help_text: str, draft: Path, has_mtp: bool) -> list[Method | str]:
     """The methods this binary supports; unsupported ones come back as a reason string."""
     out: list[Method | str] = []
@@ -242,11 +248,8 @@ def methods_for(dialect: str, help_text: str, draft: Path, has_mtp: bool) -> lis
         *((name, (name,), {}) for name in ("ngram-simple", "ngram-map-k", "ngram-mod")),
         ("draft+ngram-mod", ("draft", "ngram-mod"), {"draft_n_max": 8, "draft_p_min": 0.0}),
     ]
-    listed = dialects.spec_type_choices(help_text)
     for name, types, settings in wanted:
-        if any(t.startswith("ngram") and t not in help_text for t in types) or (
-            listed is not None and any(t.startswith("ngram") and t not in listed for t in types)
-        ):
+        if any(t.startswith("ngram") and not offers(help_text, t) for t in types):
             out.append(f"{name}: not in this binary's --spec-type list")
             continue
         try:
