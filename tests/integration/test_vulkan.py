@@ -145,10 +145,11 @@ def test_vulkan_smoke_passes_on_lavapipe(vulkan_build) -> None:
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "smoke: PASSED" in output, output
     report = json.loads((artifact.path / "smoke.json").read_text())
-    by_prompt = {r["prompt"]: r for r in report["results"]}
-    assert set(by_prompt) >= {"code", "prose", "rewrite/ngram-mod"}
+    assert {r["prompt"] for r in report["results"]} == {"code", "prose"}
     assert report["accepted"] > 0
-    for name, result in by_prompt.items():
-        assert result["verdict"]["kind"] in ("identical", "near-tie"), name
+    # the F32 reference comparison ran on the GPU backend; there it is reported (batch
+    # invariance of F32 decoding is established on the CPU backend only), not a gate
+    assert report["strict_gates"] is False
+    assert {s["method"] for s in report["strict"]} == {"draft", "ngram-mod"}
     # lavapipe was made visible to the servers (ggml-vulkan hides CPU-type devices otherwise)
     assert "GGML_VK_VISIBLE_DEVICES=0" in output or os.environ.get("GGML_VK_VISIBLE_DEVICES")

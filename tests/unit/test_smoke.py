@@ -107,3 +107,10 @@ def test_text_mode_shorter_output_is_short() -> None:
 def test_log_acceptance_with_padded_counts() -> None:
     line = "draft acceptance rate = 1.00000 (   20 accepted /    20 generated)"
     assert smoke.log_acceptance(line) == (20, 20)
+
+
+def test_the_f32_comparison_gates_cpu_builds_and_informs_on_gpu_backends() -> None:
+    gpu = smoke.SmokeReport("id", "draft", [], strict=[_strict("different")], strict_gates=False)
+    assert gpu.passed and gpu.strict_failures and gpu.to_json()["strict_gates"] is False
+    cpu = smoke.SmokeReport("id", "draft", [], strict=[_strict("different")])
+    assert not cpu.passed

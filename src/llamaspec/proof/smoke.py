@@ -125,6 +125,10 @@ class SmokeReport:
     results: list[PromptResult] = field(default_factory=list)
     strict: list[StrictResult] = field(default_factory=list)
     reference_sha256: str | None = None
+    # The F32 comparison gates the smoke on CPU builds, where F32 decoding is measured to be
+    # batch-invariant; on GPU backends (CUDA, Vulkan) that is not established yet, so there
+    # it is reported, and `verify --tier strict` is the gate.
+    strict_gates: bool = True
     wall_seconds: float = 0.0
     chat_drafted: int = 0  # from the streamed chat request, where /completion has no stats
     chat_accepted: int = 0
@@ -147,6 +151,8 @@ class SmokeReport:
 
     @property
     def passed(self) -> bool:
+        if not self.strict_gates:
+            return self.accepted > 0 and bool(self.strict)
         return self.accepted > 0 and bool(self.strict) and not self.strict_failures
 
     def to_json(self) -> dict:
@@ -160,6 +166,7 @@ class SmokeReport:
             "acceptance": round(self.accepted / self.drafted, 4) if self.drafted else None,
             "wall_seconds": round(self.wall_seconds, 1),
             "reference_sha256": self.reference_sha256,
+            "strict_gates": self.strict_gates,
             "strict": [asdict(s) for s in self.strict],
             "information": {"near_tie_margin_nats": NEAR_TIE_MARGIN_NATS},
             "results": [asdict(r) for r in self.results],
@@ -277,7 +284,13 @@ def smoke(
     spec = dialects.spec_args(dialect, settings)
     help_text = server_help(artifact.server)
     dialects.check_help(spec, help_text, str(artifact.server))
-    report = SmokeReport(artifact.id, "draft", spec, reference_sha256=reference_sha256)
+    report = SmokeReport(
+        artifact.id,
+        "draft",
+        spec,
+        reference_sha256=reference_sha256,
+        strict_gates=artifact.manifest.get("backend", "cpu") == "cpu",
+    )
     logs = out_dir / "logs"
     with running(artifact.server, base_args(model), logs / "reference.log") as ref_srv:
         refs = [complete(ref_srv, p) for p in prompts]
@@ -402,6 +415,12 @@ def print_report(report: SmokeReport, console: Console) -> None:
             r.verdict.describe(),
         )
     console.print(table)
+    if report.strict_failures and not report.strict_gates:
+        console.print(
+            "information: on this GPU backend the F32 comparison differs; batch invariance of "
+            "F32 decoding is established on the CPU backend only, so the smoke reports it and "
+            "`llamaspec verify --tier strict` judges it"
+        )
     for s in report.strict:
         console.print(f"equivalence: {s.method}/{s.prompt}: {s.case.kind}")
         if s.case.defect:
