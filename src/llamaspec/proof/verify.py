@@ -415,7 +415,8 @@ def strict(
 
 def _oracle_server(artifact: Artifact, setup: Setup, logs: Path):
     """A plain one-slot server for per-token checks (prompt cache on)."""
-    args = [*base_args(setup.target, ctx=8192, slots=1), *setup.base[6:]]
+    own = base_args(setup.target, ctx=8192, slots=1)
+    args = [*own, *setup.base[len(own) :]]  # the same determinism flags, one slot
     return running(artifact.server, args, logs / "oracle.log")
 
 
