@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from llamaspec.engine.sources import sha256_file
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir
 
@@ -38,16 +39,6 @@ class Reference:
     source_sha256: str
     sha256: str
     size: int
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
 
 
 def f32_bytes(source: Path) -> int:
@@ -133,7 +124,7 @@ def reference_copy(source: Path, source_sha256: str, say: Say = lambda _m: None)
     record = dest.with_suffix(".json")
     if dest.is_file() and record.is_file():
         meta = json.loads(record.read_text())
-        if meta.get("source_sha256") == source_sha256 and _sha256(dest) == meta.get("sha256"):
+        if meta.get("source_sha256") == source_sha256 and sha256_file(dest) == meta.get("sha256"):
             return Reference(dest, source.name, source_sha256, meta["sha256"], meta["size"])
         say(f"reference: {dest.name} does not match its record; making it again")
     need = check_fits(source, dest.parent)
@@ -141,7 +132,7 @@ def reference_copy(source: Path, source_sha256: str, say: Say = lambda _m: None)
     tmp = dest.with_name(f".tmp-{os.getpid()}-{dest.name}")
     try:
         write_f32(source, tmp)
-        digest = _sha256(tmp)
+        digest = sha256_file(tmp)
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)

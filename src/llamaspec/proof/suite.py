@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,12 +39,11 @@ class Outcome:
         return [f"{r.tag} ({r.tier})" for r in self.reports if not r.passed]
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
+def sha256_file(path: Path, console: Console) -> str:
+    """sha256 of a model file, remembered for this exact state of the file (models.hub)."""
+    from llamaspec.models.hub import sha256_of
+
+    return sha256_of(path, console.print)
 
 
 def builtin(
@@ -75,7 +73,7 @@ def builtin(
             # restores a context checkpoint. ngram-mod drafts from the context instead.
             model = hybrid_model(artifact, console, seed=1)
             draft = hybrid_model(artifact, console, seed=2)
-            sha, draft_sha = sha256_file(model), sha256_file(draft)
+            sha, draft_sha = sha256_file(model, console), sha256_file(draft, console)
             chosen = methods or ["draft", "ngram-mod"]
         if "strict" in tiers:
             ref = reference_copy(model, sha, console.print)
@@ -154,6 +152,8 @@ def _render(
         draft,
         server=str(artifact.server),
         backend=artifact.manifest.get("backend", "cpu"),
+        variants=artifact.manifest.get("variants") or [],
+        pin=artifact.manifest.get("commit"),
     )
     return cmd.argv
 
@@ -192,11 +192,13 @@ def for_recipe(
             )
         )
     if strict:
-        sha = sha256_file(files.target)
+        sha = sha256_file(files.target, console)
         ref = reference_copy(files.target, sha, console.print)
         ref_draft = None
         if files.draft is not None:
-            ref_draft = reference_copy(files.draft, sha256_file(files.draft), console.print)
+            ref_draft = reference_copy(
+                files.draft, sha256_file(files.draft, console), console.print
+            )
         ref_argv = _render(
             recipe, engine, dialect, artifact, ref.path, ref_draft.path if ref_draft else None
         )
@@ -272,8 +274,10 @@ def for_files(
             )
         )
     if strict:
-        ref = reference_copy(target, sha256_file(target), console.print)
-        ref_draft = reference_copy(draft, sha256_file(draft), console.print) if draft else None
+        ref = reference_copy(target, sha256_file(target, console), console.print)
+        ref_draft = (
+            reference_copy(draft, sha256_file(draft, console), console.print) if draft else None
+        )
         out.append(
             verify.verify(
                 artifact,
