@@ -53,12 +53,15 @@ def test_ik_verify_strict_draft_sequential(ik_build, tmp_path) -> None:
     # Strict tier on the F32 reference, sequential: ik at this pin aborts in its iqk flash
     # attention with -np 4 on some prompt sequences (see README), so parallel mode is left
     # to `nox -s verify`; this test pins down the deterministic part.
+    # ik decodes F32 slowly (about 1-4 tok/s here, against ~70 for Q4): two prompts, one of
+    # them the chat-formatted code prompt where parallel divergences were seen before
     proc = verify_cli(
-        artifact, tmp_path, "--tier", "strict", "--method", "draft", "--mode", "sequential"
-    )
+        artifact, tmp_path, "--tier", "strict", "--method", "draft", "--mode", "sequential",
+        "--prompt", "short", "--prompt", "code",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / f"verify-{artifact.id}-embedded.json").read_text())
     (draft,) = report["methods"]
     assert report["tier"] == "strict" and draft["accepted"] > 0 and draft["failed"] == 0
     kinds = [c["kind"] for c in draft["cases"]]
-    assert len(kinds) == 5 and set(kinds) <= {"identical", "known-defect"}, draft["cases"]
+    assert len(kinds) == 2 and set(kinds) <= {"identical", "known-defect"}, draft["cases"]

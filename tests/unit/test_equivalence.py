@@ -132,3 +132,10 @@ def test_an_f32_model_is_its_own_reference(tmp_path: Path) -> None:
     ref = reference.reference_copy(src, digest)
     assert ref.path == src and ref.sha256 == digest
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*f32.gguf"))
+
+
+def test_prompts_can_be_narrowed_by_name() -> None:
+    assert [p.name for p in verify.choose_prompts(["code", "short"])] == ["short", "code"]
+    assert verify.choose_prompts([]) == verify.VERIFY_PROMPTS
+    with pytest.raises(LlamaspecError, match="Did you mean 'prose'"):
+        verify.choose_prompts(["prse"])

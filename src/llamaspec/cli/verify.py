@@ -60,6 +60,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="only these request modes (default: both)",
     )
     v.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="built-in models: only these prompts (short, code, prose, rewrite, chat)",
+    )
+    v.add_argument(
         "--repeat",
         type=_positive,
         default=1,
@@ -122,6 +129,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             args.reports,
             console,
             args.repeat,
+            args.prompt,
         )
     if outcome.failed:
         raise LlamaspecError(
@@ -136,9 +144,9 @@ def _check(args: argparse.Namespace) -> None:
     own = args.recipe or args.target
     if args.recipe and args.target:
         raise LlamaspecError("Give --recipe or --target, not both.")
-    if own and (args.model or args.method or args.repeat > 1):
+    if own and (args.model or args.method or args.prompt or args.repeat > 1):
         raise LlamaspecError(
-            "--model, --method and --repeat choose built-in models and methods; a --recipe or "
+            "--model, --method, --prompt and --repeat shape the built-in run; a --recipe or "
             "--target run verifies exactly its own settings. Drop one of them."
         )
     if not args.target and (args.draft or args.spec):

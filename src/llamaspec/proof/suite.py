@@ -56,11 +56,13 @@ def builtin(
     reports: Path,
     console: Console,
     repeat: int = 1,
+    prompt_names: Sequence[str] = (),
 ) -> Outcome:
     """The built-in models: strict on their F32 copies, oracle on the quantized embedded one."""
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
     from llamaspec.proof.hybrid import hybrid_model
 
+    prompts = verify.choose_prompts(prompt_names)
     out = []
     for name in which:
         if name == "embedded":
@@ -92,6 +94,7 @@ def builtin(
                     modes=modes,
                     reference_sha256=ref.sha256,
                     repeat=repeat,
+                    prompts=prompts,
                 )
             )
         if (
@@ -117,6 +120,7 @@ def builtin(
                     draft=draft,
                     modes=modes,
                     repeat=repeat,
+                    prompts=prompts,
                 )
             )
     return Outcome(tuple(out))

@@ -106,6 +106,17 @@ VERIFY_PROMPTS: tuple[Prompt, ...] = (
 )
 
 
+def choose_prompts(names: Sequence[str]) -> tuple[Prompt, ...]:
+    """The built-in prompts named (all when none), with a did-you-mean for unknown names."""
+    from llamaspec.errors import choose
+
+    by_name = {p.name: p for p in VERIFY_PROMPTS}
+    if not names:
+        return VERIFY_PROMPTS
+    wanted = {choose("prompt", n, by_name) for n in names}
+    return tuple(p for p in VERIFY_PROMPTS if p.name in wanted)
+
+
 @dataclass(frozen=True)
 class Method:
     """A speculative method and the server arguments that turn it on."""
