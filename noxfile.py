@@ -49,7 +49,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def verify(session: nox.Session) -> None:
-    """Equivalence suite: `nox -s verify -- --artifact ID [--model hybrid] [--method M]`."""
+    """Equivalence: `nox -s verify -- [--tier strict|oracle] [--recipe NAME | --target FILE]`."""
     _install(session, "embedded")
     session.run("llamaspec", "verify", *session.posargs)
 
