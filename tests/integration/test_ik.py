@@ -25,8 +25,8 @@ def test_ik_builds_from_the_sdist_and_passes_smoke(ik_build) -> None:
     for s in strict.values():
         assert s["case"]["kind"] in ("identical", "known-defect"), s
         if s["case"]["kind"] == "known-defect":
-            assert "ik-draft-short-output" in s["case"]["defect"]
-            assert "known defect ik-draft-short-output" in output
+            assert "ik-spec-short-output" in s["case"]["defect"]
+            assert "known defect ik-spec-short-output" in output
     assert artifact.manifest["commit"] == "55d3c05bf7b377deaa5dc84d255d9740a345a206"
     statuses = {p["id"]: p["status"] for p in artifact.manifest["patches"]}
     assert statuses == {"ik-spec-port": "in-base", "ik-build-info": "applied"}

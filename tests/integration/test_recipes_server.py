@@ -20,6 +20,7 @@ from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects, recipes
 from llamaspec.proof.client import free_port, running, server_help
+from llamaspec.proof.defects import known_defect
 
 from helpers import ROOT, llamaspec
 
@@ -134,7 +135,10 @@ def test_ik_serves_the_ngram_recipe_at_its_default_pin(
     # says it set speculation up.
     log = (tmp_path / "ngram.log").read_text(errors="replace")
     assert "ngram_mod" in log or "speculative decoding context initialized" in log, log[-3000:]
-    assert out == ref
+    if out != ref:
+        # only the pin's catalogued defect is allowed: the same text, cut short
+        assert ref.startswith(out), (ref, out)
+        assert known_defect(artifact.manifest, "short-output") is not None
 
 
 def test_recipe_show_for_the_coder_pair(upstream_artifact: Artifact) -> None:

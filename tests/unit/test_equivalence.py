@@ -42,9 +42,9 @@ def test_strict_comparison_has_no_threshold() -> None:
 def test_a_short_output_on_a_pin_with_that_defect_on_record_is_named() -> None:
     manifest = {"engine": "ik_llama.cpp", "commit": IK_PIN, "patches": []}
     found = defects.known_defect(manifest, "short-output")
-    assert found is not None and found.id == "ik-draft-short-output"
+    assert found is not None and found.id == "ik-spec-short-output"
     case = verify.compare(P, "sequential", t(["a", "b", "c"]), t(["a"]), None, found)  # type: ignore[arg-type]
-    assert case.kind == "known-defect" and "ik-draft-short-output" in (case.defect or "")
+    assert case.kind == "known-defect" and "ik-spec-short-output" in (case.defect or "")
     # other pins, other engines and other symptoms do not match
     assert defects.known_defect({**manifest, "commit": "0" * 40}, "short-output") is None
     assert defects.known_defect({**manifest, "engine": "llama.cpp"}, "short-output") is None
