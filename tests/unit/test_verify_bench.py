@@ -133,3 +133,18 @@ def test_one_line_patch_needs_a_server_source(tmp_path: Path) -> None:
 
     with pytest.raises(LlamaspecError, match="does not know where ik_llama.cpp's server"):
         benchbuild.one_line_patch(tmp_path, "ik_llama.cpp", "v1")
+
+
+def test_bench_build_adds_its_patch_to_the_patch_list_not_the_defects(tmp_path: Path) -> None:
+    import shutil
+
+    from llamaspec import config
+    from llamaspec.engine import build_bench
+    from llamaspec.paths import project_root
+
+    root = build_bench._patch_root(project_root(), "llama.cpp")
+    try:
+        assert config.load_series(root)[-1].id == build_bench.BENCH_PATCH
+        assert config.load_defects(root) == config.load_defects(project_root())
+    finally:
+        shutil.rmtree(root)

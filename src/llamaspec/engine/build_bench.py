@@ -17,9 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
 from llamaspec import procs
+from llamaspec.config import read_yaml
 from llamaspec.engine import build as build_stage
 from llamaspec.engine.build import BUILD_TIMEOUT_S, Artifact
 from llamaspec.engine.toolchain import detect
@@ -66,12 +68,20 @@ def _patch_root(root: Path, engine: str) -> Path:
     if (root / "llamaspec.lock").is_file():
         shutil.copy2(root / "llamaspec.lock", tmp / "llamaspec.lock")
     (tmp / "patches" / engine).mkdir(exist_ok=True)
-    with (tmp / "patches" / "series.yaml").open("a", encoding="utf-8") as f:
-        f.write(
-            f"\n  - id: {BENCH_PATCH}\n    engine: {engine}\n"
-            "    title: bench-build one-line change\n    state: project\n"
-            f"    source: {{file: {BENCH_PATCH}.patch}}\n    default: false\n"
-        )
+    series = tmp / "patches" / "series.yaml"
+    data = read_yaml(series)  # the catalog has more than `patches:` (`defects:`)
+    data["patches"] = [
+        *(data.get("patches") or []),
+        {
+            "id": BENCH_PATCH,
+            "engine": engine,
+            "title": "bench-build one-line change",
+            "state": "project",
+            "source": {"file": f"{BENCH_PATCH}.patch"},
+            "default": False,
+        },
+    ]
+    series.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return tmp
 
 
