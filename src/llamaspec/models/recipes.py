@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from llamaspec.config import Recipe
+from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 
@@ -94,6 +95,24 @@ def _no_draft(base: Recipe, recipe: Recipe, engine: str, d: dialects.Dialect, wh
     return (
         f"Recipe {recipe.name!r} drafts with a draft model, but pair {recipe.pair!r} has none. "
         f"Use a pair with a draft, or a draft-free spec type; {offers}."
+    )
+
+
+def render_for(
+    recipe: Recipe, artifact: Artifact, dialect: str, target: Path | str, draft: Path | str | None
+) -> dialects.ServerCommand:
+    """`render` for a built artifact: its binary, backend, variants and pin decide the argv."""
+    m = artifact.manifest
+    return render(
+        recipe,
+        m["engine"],
+        dialect,
+        target,
+        draft,
+        server=str(artifact.server),
+        backend=m.get("backend", "cpu"),
+        variants=m.get("variants") or [],
+        pin=m.get("commit"),
     )
 
 

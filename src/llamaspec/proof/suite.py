@@ -140,28 +140,6 @@ def spec_method(argv: Sequence[str], name: str) -> verify.Method:
     return verify.Method(name, tuple(rest))
 
 
-def _render(
-    recipe: config.Recipe,
-    engine: str,
-    dialect: str,
-    artifact: Artifact,
-    target: Path,
-    draft: Path | None,
-) -> tuple[str, ...]:
-    cmd = recipes.render(
-        recipe,
-        engine,
-        dialect,
-        target,
-        draft,
-        server=str(artifact.server),
-        backend=artifact.manifest.get("backend", "cpu"),
-        variants=artifact.manifest.get("variants") or [],
-        pin=artifact.manifest.get("commit"),
-    )
-    return cmd.argv
-
-
 def for_recipe(
     artifact: Artifact,
     dialect: str,
@@ -176,9 +154,8 @@ def for_recipe(
     catalog = config.load_models(root)
     known = config.load_recipes(root, catalog)
     recipe = known[choose("recipe", name, known)]
-    engine = artifact.manifest["engine"]
     files = models.pull(catalog, recipe.pair, root, console)
-    argv = _render(recipe, engine, dialect, artifact, files.target, files.draft)
+    argv = recipes.render_for(recipe, artifact, dialect, files.target, files.draft).argv
     out = []
     if not (strict and _no_token_ids(artifact, console)):
         out.append(
@@ -203,9 +180,9 @@ def for_recipe(
             ref_draft = reference_copy(
                 files.draft, sha256_file(files.draft, console), console.print
             )
-        ref_argv = _render(
-            recipe, engine, dialect, artifact, ref.path, ref_draft.path if ref_draft else None
-        )
+        ref_argv = recipes.render_for(
+            recipe, artifact, dialect, ref.path, ref_draft.path if ref_draft else None
+        ).argv
         out.append(
             verify.verify(
                 artifact,

@@ -158,17 +158,7 @@ def recipe_plan(
             f"{', '.join(sorted(offered)) or 'none'}. Pick a recipe with one of those, or "
             "build a pin that has it."
         )
-    cmd = recipes.render(
-        recipe,
-        engine,
-        dialect,
-        target,
-        draft,
-        server=str(artifact.server),
-        backend=m.get("backend", "cpu"),
-        variants=m.get("variants") or [],
-        pin=m.get("commit"),
-    )
+    cmd = recipes.render_for(recipe, artifact, dialect, target, draft)
     dialects.check_against_help(cmd, help_text, f"{artifact.id}/llama-server")
     spec = recipe.for_engine(engine).spec
     # n-gram drafts run to their engine's own defaults (upstream: ngram-mod 64, maps 48)
