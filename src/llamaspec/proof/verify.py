@@ -393,8 +393,6 @@ def strict(
     console: Console,
 ) -> list[MethodResult]:
     """Token identity with and without speculation, on a reference (F32) model."""
-    defect = known_defect(artifact.manifest, "short-output")
-    results: list[MethodResult] = []
     with contextlib.ExitStack() as stack:
         ref = stack.enter_context(
             running(artifact.server, list(setup.base), logs / "reference.log")
@@ -402,25 +400,49 @@ def strict(
         console.print(f"verify: strict: reference run ({len(setup.prompts)} prompts)")
         refs = run_prompts(ref, setup.prompts, parallel=False)
         orc: oracle_mod.Oracle | None = None
-        for m in methods:
-            if isinstance(m, str):
-                name, why = m.split(": ", 1)
-                results.append(MethodResult(name, [], skipped=why))
-                continue
-            res = _run_method(artifact, setup, m, modes, logs, console)
-            result: MethodResult = res["result"]
-            for mode, outs in res["outputs"].items():
-                for (p, k), s in zip(setup.cycle(len(outs)), outs, strict=True):
-                    case = compare(p, mode, refs[k], s, ref, defect)
-                    if case.kind in ("different", "longer", "short"):
-                        if orc is None:  # a plain one-slot server, only when needed
-                            osrv = stack.enter_context(_oracle_server(artifact, setup, logs))
-                            orc = oracle_mod.Oracle(osrv)
-                        gaps = _gaps(orc, p, s)
-                        case.max_gap = oracle_mod.max_gap(gaps) if gaps else None
-                        case.over = [oracle_mod.describe(g) for g in gaps if g.gap > 0][:8]
-                    result.cases.append(case)
-            results.append(result)
+
+        def judge(case: Case, p: Prompt, s: Completion) -> None:
+            """A failure gets the per-token gaps of the speculative output."""
+            nonlocal orc
+            if case.kind not in ("different", "longer", "short"):
+                return
+            if orc is None:  # a plain one-slot server, only when needed
+                orc = oracle_mod.Oracle(stack.enter_context(_oracle_server(artifact, setup, logs)))
+            gaps = _gaps(orc, p, s)
+            case.max_gap = oracle_mod.max_gap(gaps) if gaps else None
+            case.over = [oracle_mod.describe(g) for g in gaps if g.gap > 0][:8]
+
+        return _sweep(artifact, setup, methods, modes, logs, console, ref, refs, judge)
+
+
+def _sweep(
+    artifact: Artifact,
+    setup: Setup,
+    methods: Sequence[Method | str],
+    modes: Sequence[str],
+    logs: Path,
+    console: Console,
+    ref: Server,
+    refs: Sequence[Completion],
+    judge: Callable[[Case, Prompt, Completion], None],
+) -> list[MethodResult]:
+    """Every method in every mode, each output compared with the reference's output for its
+    prompt (`refs`, from `ref`) and then judged by the tier; skipped methods are recorded."""
+    defect = known_defect(artifact.manifest, "short-output")
+    results: list[MethodResult] = []
+    for m in methods:
+        if isinstance(m, str):
+            name, why = m.split(": ", 1)
+            results.append(MethodResult(name, [], skipped=why))
+            continue
+        res = _run_method(artifact, setup, m, modes, logs, console)
+        result: MethodResult = res["result"]
+        for mode, outs in res["outputs"].items():
+            for (p, k), s in zip(setup.cycle(len(outs)), outs, strict=True):
+                case = compare(p, mode, refs[k], s, ref, defect)
+                judge(case, p, s)
+                result.cases.append(case)
+        results.append(result)
     return results
 
 
@@ -515,8 +537,6 @@ def oracle_tier(
     help_text: str,
 ) -> tuple[list[MethodResult], Envelope, int]:
     """Every emitted token's gap against the plain server's choice, within the envelope."""
-    defect = known_defect(artifact.manifest, "short-output")
-    results: list[MethodResult] = []
     with _oracle_server(artifact, setup, logs) as osrv:
         probe = complete(osrv, setup.prompts[0])
         if probe.tokens and not isinstance(probe.tokens[0], int):
@@ -529,28 +549,21 @@ def oracle_tier(
         orc = oracle_mod.Oracle(osrv)
         env = measure_envelope(artifact, setup, help_text, orc, logs, console.print)
         console.print(f"verify: oracle: envelope {env.max_gap:.3f} nats {env.by_config}")
+
+        def judge(case: Case, p: Prompt, s: Completion) -> None:
+            """Every output gets its per-token gaps; a gap over the envelope fails it."""
+            gaps = _gaps(orc, p, s)
+            case.max_gap = oracle_mod.max_gap(gaps) if gaps else None
+            over = [g for g in gaps if g.gap > env.max_gap]
+            case.over = [oracle_mod.describe(g) for g in over][:8]
+            if case.kind in ("different", "longer") and gaps:
+                case.kind = "over-envelope" if over else "within"
+            elif case.kind == "identical" and over:
+                case.kind = "over-envelope"  # the plain reference itself drifted
+
         with running(artifact.server, list(setup.base), logs / "reference.log") as ref:
             refs = run_prompts(ref, setup.prompts, parallel=False)
-            for m in methods:
-                if isinstance(m, str):
-                    name, why = m.split(": ", 1)
-                    results.append(MethodResult(name, [], skipped=why))
-                    continue
-                res = _run_method(artifact, setup, m, modes, logs, console)
-                result: MethodResult = res["result"]
-                for mode, outs in res["outputs"].items():
-                    for (p, k), s in zip(setup.cycle(len(outs)), outs, strict=True):
-                        case = compare(p, mode, refs[k], s, ref, defect)
-                        gaps = _gaps(orc, p, s)
-                        case.max_gap = oracle_mod.max_gap(gaps) if gaps else None
-                        over = [g for g in gaps if g.gap > env.max_gap]
-                        case.over = [oracle_mod.describe(g) for g in over][:8]
-                        if case.kind in ("different", "longer") and gaps:
-                            case.kind = "over-envelope" if over else "within"
-                        elif case.kind == "identical" and over:
-                            case.kind = "over-envelope"  # the plain reference itself drifted
-                        result.cases.append(case)
-                results.append(result)
+            results = _sweep(artifact, setup, methods, modes, logs, console, ref, refs, judge)
         return results, env, orc.requests
 
 
