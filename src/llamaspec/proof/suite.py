@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from llamaspec.models import catalog as models
 from llamaspec.models import compat, dialects, recipes
 from llamaspec.paths import project_root
 from llamaspec.proof import verify
-from llamaspec.proof.reference import reference_copy
+from llamaspec.proof.reference import Reference, reference_copy
 
 # Options a verify run sets itself (its own model files, slots, context, loopback port).
 SPEC_TYPES = ("draft", "ngram-simple", "ngram-map-k", "ngram-mod", "mtp")
@@ -77,24 +78,26 @@ def builtin(
             draft = hybrid_model(artifact, console, seed=2)
             sha, draft_sha = sha256_file(model, console), sha256_file(draft, console)
             chosen = methods or ["draft", "ngram-mod"]
+        run = functools.partial(
+            verify.verify,
+            artifact,
+            dialect,
+            out_dir=reports,
+            console=console,
+            methods=chosen,
+            tag=name,
+            modes=modes,
+            repeat=repeat,
+            prompts=prompts,
+        )
         if "strict" in tiers:
-            ref = reference_copy(model, sha, console.print)
-            ref_draft = ref if draft == model else reference_copy(draft, draft_sha, console.print)
+            ref, ref_draft = _references(model, draft, console, sha, draft_sha)
             out.append(
-                verify.verify(
-                    artifact,
-                    dialect,
+                run(
                     ref.path,
-                    reports,
-                    console,
                     tier="strict",
-                    methods=chosen,
-                    tag=name,
-                    draft=ref_draft.path,
-                    modes=modes,
+                    draft=ref_draft.path if ref_draft else None,
                     reference_sha256=ref.sha256,
-                    repeat=repeat,
-                    prompts=prompts,
                 )
             )
         if (
@@ -107,22 +110,7 @@ def builtin(
                 "ids, which the per-token oracle needs (the strict tier ran)"
             )
         elif "oracle" in tiers and name == "embedded":
-            out.append(
-                verify.verify(
-                    artifact,
-                    dialect,
-                    model,
-                    reports,
-                    console,
-                    tier="oracle",
-                    methods=chosen,
-                    tag=name,
-                    draft=draft,
-                    modes=modes,
-                    repeat=repeat,
-                    prompts=prompts,
-                )
-            )
+            out.append(run(model, tier="oracle", draft=draft))
     return Outcome(tuple(out))
 
 
@@ -155,50 +143,23 @@ def for_recipe(
     known = config.load_recipes(root, catalog)
     recipe = known[choose("recipe", name, known)]
     files = models.pull(catalog, recipe.pair, root, console)
-    argv = recipes.render_for(recipe, artifact, dialect, files.target, files.draft).argv
-    out = []
-    if not (strict and _no_token_ids(artifact, console)):
-        out.append(
-            verify.verify(
-                artifact,
-                dialect,
-                files.target,
-                reports,
-                console,
-                tier="oracle",
-                tag=f"recipe-{recipe.name}",
-                draft=files.draft,
-                modes=modes,
-                spec=spec_method(argv, recipe.name),
-            )
-        )
-    if strict:
-        sha = sha256_file(files.target, console)
-        ref = reference_copy(files.target, sha, console.print)
-        ref_draft = None
-        if files.draft is not None:
-            ref_draft = reference_copy(
-                files.draft, sha256_file(files.draft, console), console.print
-            )
-        ref_argv = recipes.render_for(
-            recipe, artifact, dialect, ref.path, ref_draft.path if ref_draft else None
-        ).argv
-        out.append(
-            verify.verify(
-                artifact,
-                dialect,
-                ref.path,
-                reports,
-                console,
-                tier="strict",
-                tag=f"recipe-{recipe.name}",
-                draft=ref_draft.path if ref_draft else None,
-                modes=modes,
-                spec=spec_method(ref_argv, recipe.name),
-                reference_sha256=ref.sha256,
-            )
-        )
-    return Outcome(tuple(out))
+
+    def method(target: Path, draft: Path | None) -> verify.Method:
+        argv = recipes.render_for(recipe, artifact, dialect, target, draft).argv
+        return spec_method(argv, recipe.name)
+
+    return _own_settings(
+        artifact,
+        dialect,
+        f"recipe-{recipe.name}",
+        files.target,
+        files.draft,
+        method,
+        strict,
+        modes,
+        reports,
+        console,
+    )
 
 
 def for_files(
@@ -237,44 +198,72 @@ def for_files(
         s = dialects.SpecSettings(kind, d, n_max=8, p_min=p_min)  # type: ignore[arg-type]
         return verify.Method(kind, tuple(dialects.spec_args(dialect, s)))
 
-    tag = f"file-{target.stem}"
+    return _own_settings(
+        artifact,
+        dialect,
+        f"file-{target.stem}",
+        target,
+        draft,
+        method,
+        strict,
+        modes,
+        reports,
+        console,
+    )
+
+
+def _own_settings(
+    artifact: Artifact,
+    dialect: str,
+    tag: str,
+    target: Path,
+    draft: Path | None,
+    method: Callable[[Path, Path | None], verify.Method],
+    strict: bool,
+    modes: Sequence[str],
+    reports: Path,
+    console: Console,
+) -> Outcome:
+    """One configuration, `method(target, draft)`: the oracle tier on the files as they are
+    (unless the engine has no token ids and --strict runs), the strict tier on F32
+    reference copies with --strict."""
+    spec = method(target, draft)  # rendered first: a refusal comes before any work
+    run = functools.partial(verify.verify, artifact, dialect, out_dir=reports, console=console)
     out = []
     if not (strict and _no_token_ids(artifact, console)):
-        out.append(
-            verify.verify(
-                artifact,
-                dialect,
-                target,
-                reports,
-                console,
-                tier="oracle",
-                tag=tag,
-                draft=draft,
-                modes=modes,
-                spec=method(target, draft),
-            )
-        )
+        out.append(run(target, tier="oracle", tag=tag, draft=draft, modes=modes, spec=spec))
     if strict:
-        ref = reference_copy(target, sha256_file(target, console), console.print)
-        ref_draft = (
-            reference_copy(draft, sha256_file(draft, console), console.print) if draft else None
-        )
+        ref, ref_draft = _references(target, draft, console)
+        ref_draft_path = ref_draft.path if ref_draft else None
         out.append(
-            verify.verify(
-                artifact,
-                dialect,
+            run(
                 ref.path,
-                reports,
-                console,
                 tier="strict",
                 tag=tag,
-                draft=ref_draft.path if ref_draft else None,
+                draft=ref_draft_path,
                 modes=modes,
-                spec=method(ref.path, ref_draft.path if ref_draft else None),
+                spec=method(ref.path, ref_draft_path),
                 reference_sha256=ref.sha256,
             )
         )
     return Outcome(tuple(out))
+
+
+def _references(
+    target: Path,
+    draft: Path | None,
+    console: Console,
+    target_sha: str | None = None,
+    draft_sha: str | None = None,
+) -> tuple[Reference, Reference | None]:
+    """F32 reference copies of the target and the draft (one copy when they are one file);
+    a sha256 not given is computed (and remembered, see `sha256_file`)."""
+    ref = reference_copy(target, target_sha or sha256_file(target, console), console.print)
+    if draft is None:
+        return ref, None
+    if draft == target:
+        return ref, ref
+    return ref, reference_copy(draft, draft_sha or sha256_file(draft, console), console.print)
 
 
 def _no_token_ids(artifact: Artifact, console: Console) -> bool:
