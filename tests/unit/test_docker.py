@@ -17,6 +17,7 @@ from llamaspec.images import registry, tools
 from llamaspec.images import specs as images
 from llamaspec.images.smoke import server_shim
 from llamaspec.images.stage import system_libs
+from llamaspec.paths import cache_dir
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,19 +141,35 @@ def test_build_commands_for_both_tools(tmp_path: Path) -> None:
     assert "--push" not in cmd and "--load" not in cmd and "--cache-from" not in cmd
     assert cmd[cmd.index("--output") + 1] == f"type=local,dest={tmp_path}"
     buildah = tools.Buildah("buildah")
-    settings = tools.BuildSettings(volumes=((tmp_path, "/root/.cache/ccache"),), pull_never=True)
+    settings = tools.BuildSettings(volumes=((tmp_path, tools.STAGE_CCACHE),), pull_never=True)
     cmd = buildah.build_argv(
         Path("d/Dockerfile.cpu"), Path("."), "manifest", args, settings, output=tmp_path,
         ca_bundle=Path("/ca.pem"),
     )  # fmt: skip
     assert cmd[:4] == ["buildah", "bud", "--isolation", "chroot"]
-    assert "--pull=never" in cmd and f"{tmp_path}:/root/.cache/ccache" in cmd
+    assert "--pull=never" in cmd and f"{tmp_path}:{tools.STAGE_CCACHE}" in cmd
     assert cmd[cmd.index("--output") + 1] == f"type=local,dest={tmp_path}"
     assert cmd[cmd.index("--build-arg") + 1] == "ENGINE=llama.cpp"
     assert cmd[cmd.index("--secret") + 1] == "id=ca,src=/ca.pem"
     runtime = buildah.build_argv(Path("D"), Path("."), "runtime", args, tags=["a", "b"], push=True)
     assert "--push" not in runtime and "--load" not in runtime  # buildah pushes afterwards
     assert [runtime[i + 1] for i, w in enumerate(runtime) if w == "-t"] == ["a", "b"]
+
+
+def test_build_stage_caches_are_where_buildah_mounts_the_hosts(tmp_path: Path) -> None:
+    """Every Dockerfile's build stage points LLAMASPEC_CACHE and CCACHE_DIR at the paths
+    buildah mounts the host's downloads and ccache into."""
+    mounts = {inside: host for host, inside in tools.host_caches(tmp_path / "ccache")}
+    assert mounts == {
+        f"{tools.STAGE_CACHE}/downloads": cache_dir() / "downloads",
+        tools.STAGE_CCACHE: tmp_path / "ccache",
+    }
+    env = f"ENV LLAMASPEC_CACHE={tools.STAGE_CACHE} CCACHE_DIR={tools.STAGE_CCACHE}\n"
+    dockerfiles = sorted((ROOT / "docker").glob("Dockerfile.*"))
+    assert [d.name for d in dockerfiles] == [f"Dockerfile.{b}" for b in sorted(images.BACKENDS)]
+    for dockerfile in dockerfiles:
+        build_stage = dockerfile.read_text().split(" AS build\n")[1].split("\nFROM ")[0]
+        assert env in build_stage, dockerfile.name
 
 
 def test_buildx_cache_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

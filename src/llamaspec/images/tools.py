@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from llamaspec import procs
 from llamaspec.errors import LlamaspecError, choose
@@ -34,6 +34,11 @@ TRANSFER_S = 3600  # pull, push
 BUILD_S = 6 * 3600  # one image build target (a cold CUDA build stage is long)
 
 Volume = tuple[Path, str]  # (host path, path inside)
+
+# Where the image build stage keeps its caches: docker/Dockerfile.* set LLAMASPEC_CACHE and
+# CCACHE_DIR to these, and buildah mounts the host's caches there (`host_caches`).
+STAGE_CACHE = "/cache/llamaspec"
+STAGE_CCACHE = "/cache/ccache"
 
 
 @dataclass(frozen=True)
@@ -131,32 +136,13 @@ def _last_line(proc) -> str:
 
 
 class _Common:
+    """What both tools do alike. Each tool names its own parts of a command line: the
+    build command's head (`_build_head`) and what follows the shared options
+    (`_build_tail`), the run command's head (`_run_head`), its environment flag and how the
+    image and command end it (`_run_tail`)."""
+
     path: str
-
-    def labels(self, ref: str) -> dict[str, str]:
-        return self.inspect(ref).get("Labels") or {}  # type: ignore[attr-defined]
-
-    def read_file(self, ctr: str, path: str) -> str:
-        """The text of `path` inside the image (`cat` run in it)."""
-        argv = self.run_argv(ctr, ["cat", path])  # type: ignore[attr-defined]
-        return call(argv, f"read {path} from the image", timeout=QUICK_S)
-
-
-# --- docker buildx -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Docker(_Common):
-    """docker with the buildx plugin and a running engine."""
-
-    path: str = "docker"
-    name: str = field(default="docker", init=False)
-
-    def build_settings(
-        self, base_image: str, ccache: Path | None, say: Callable[[str], object]
-    ) -> BuildSettings:
-        # buildx pulls the base itself and keeps its own build cache (the workflow: gha)
-        return BuildSettings(cache=os.environ.get("LLAMASPEC_BUILDX_CACHE") or None)
+    env_flag: ClassVar[str]
 
     def build_argv(
         self,
@@ -171,15 +157,17 @@ class Docker(_Common):
         push: bool = False,
         ca_bundle: Path | None = None,
     ) -> list[str]:
-        cmd = [self.path, "buildx", "build", "--progress", "plain"]
-        if settings.cache:
-            kind, _, rest = settings.cache.partition(",")
-            to = f"{kind},mode=max{',' + rest if rest else ''}"
-            cmd += ["--cache-from", settings.cache, "--cache-to", to]
-        cmd += _common_build_args(dockerfile, target, args, tags, output, ca_bundle)
-        if output is None:
-            cmd.append("--push" if push else "--load")
-        return [*cmd, str(context)]
+        cmd = self._build_head(settings)
+        if ca_bundle is not None:
+            cmd += ["--secret", f"id=ca,src={ca_bundle}"]
+        cmd += ["-f", str(dockerfile), "--target", target]
+        for key, value in args.items():
+            cmd += ["--build-arg", f"{key}={value}"]
+        for tag in tags:
+            cmd += ["-t", tag]
+        if output is not None:
+            cmd += ["--output", f"type=local,dest={output}"]
+        return [*cmd, *self._build_tail(output, push), str(context)]
 
     def run_argv(
         self,
@@ -188,12 +176,67 @@ class Docker(_Common):
         mounts: Sequence[Volume] = (),
         env: Mapping[str, str] | None = None,
     ) -> list[str]:
-        cmd = [self.path, "run", "--rm", "-i", "--network", "host", "--entrypoint", argv[0]]
+        cmd = self._run_head(argv)
         for host, inside in mounts:
             cmd += ["-v", f"{host}:{inside}:ro"]
         for key, value in (env or {}).items():
-            cmd += ["-e", f"{key}={value}"]
-        return [*cmd, ctr, *argv[1:]]
+            cmd += [self.env_flag, f"{key}={value}"]
+        return [*cmd, *self._run_tail(ctr, argv)]
+
+    def _build_head(self, settings: BuildSettings) -> list[str]:
+        raise NotImplementedError
+
+    def _build_tail(self, output: Path | None, push: bool) -> list[str]:
+        raise NotImplementedError
+
+    def _run_head(self, argv: Sequence[str]) -> list[str]:
+        raise NotImplementedError
+
+    def _run_tail(self, ctr: str, argv: Sequence[str]) -> list[str]:
+        raise NotImplementedError
+
+    def labels(self, ref: str) -> dict[str, str]:
+        return self.inspect(ref).get("Labels") or {}  # type: ignore[attr-defined]
+
+    def read_file(self, ctr: str, path: str) -> str:
+        """The text of `path` inside the image (`cat` run in it)."""
+        argv = self.run_argv(ctr, ["cat", path])
+        return call(argv, f"read {path} from the image", timeout=QUICK_S)
+
+
+# --- docker buildx -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Docker(_Common):
+    """docker with the buildx plugin and a running engine."""
+
+    path: str = "docker"
+    name: str = field(default="docker", init=False)
+    env_flag: ClassVar[str] = "-e"
+
+    def build_settings(
+        self, base_image: str, ccache: Path | None, say: Callable[[str], object]
+    ) -> BuildSettings:
+        # buildx pulls the base itself and keeps its own build cache (the workflow: gha)
+        return BuildSettings(cache=os.environ.get("LLAMASPEC_BUILDX_CACHE") or None)
+
+    def _build_head(self, settings: BuildSettings) -> list[str]:
+        cmd = [self.path, "buildx", "build", "--progress", "plain"]
+        if settings.cache:
+            kind, _, rest = settings.cache.partition(",")
+            to = f"{kind},mode=max{',' + rest if rest else ''}"
+            cmd += ["--cache-from", settings.cache, "--cache-to", to]
+        return cmd
+
+    def _build_tail(self, output: Path | None, push: bool) -> list[str]:
+        return [] if output is not None else ["--push" if push else "--load"]
+
+    def _run_head(self, argv: Sequence[str]) -> list[str]:
+        return [self.path, "run", "--rm", "-i", "--network", "host", "--entrypoint", argv[0]]
+
+    def _run_tail(self, ctr: str, argv: Sequence[str]) -> list[str]:
+        return [ctr, *argv[1:]]
 
     @contextlib.contextmanager
     def working_container(self, ref: str) -> Iterator[str]:
@@ -234,6 +277,7 @@ class Buildah(_Common):
 
     path: str = "buildah"
     name: str = field(default="buildah", init=False)
+    env_flag: ClassVar[str] = "--env"
 
     def build_settings(
         self, base_image: str, ccache: Path | None, say: Callable[[str], object]
@@ -246,40 +290,22 @@ class Buildah(_Common):
             )
         return BuildSettings(volumes=tuple(host_caches(ccache)), pull_never=local)
 
-    def build_argv(
-        self,
-        dockerfile: Path,
-        context: Path,
-        target: str,
-        args: Mapping[str, str],
-        settings: BuildSettings = BuildSettings(),
-        *,
-        tags: Sequence[str] = (),
-        output: Path | None = None,
-        push: bool = False,
-        ca_bundle: Path | None = None,
-    ) -> list[str]:
+    def _build_head(self, settings: BuildSettings) -> list[str]:
         cmd = [self.path, "bud", "--isolation", "chroot", "--layers", "--format", "docker"]
         if settings.pull_never:
             cmd.append("--pull=never")
         for host, inside in settings.volumes:
             cmd += ["--volume", f"{host}:{inside}"]
-        cmd += _common_build_args(dockerfile, target, args, tags, output, ca_bundle)
-        return [*cmd, str(context)]
+        return cmd
 
-    def run_argv(
-        self,
-        ctr: str,
-        argv: Sequence[str],
-        mounts: Sequence[Volume] = (),
-        env: Mapping[str, str] | None = None,
-    ) -> list[str]:
-        cmd = [self.path, "run", "--isolation", "chroot"]
-        for host, inside in mounts:
-            cmd += ["-v", f"{host}:{inside}:ro"]
-        for key, value in (env or {}).items():
-            cmd += ["--env", f"{key}={value}"]
-        return [*cmd, ctr, "--", *argv]
+    def _build_tail(self, output: Path | None, push: bool) -> list[str]:
+        return []  # buildah builds into local storage; `push_built` pushes afterwards
+
+    def _run_head(self, argv: Sequence[str]) -> list[str]:
+        return [self.path, "run", "--isolation", "chroot"]
+
+    def _run_tail(self, ctr: str, argv: Sequence[str]) -> list[str]:
+        return [ctr, "--", *argv]
 
     @contextlib.contextmanager
     def working_container(self, ref: str) -> Iterator[str]:
@@ -364,26 +390,6 @@ class Buildah(_Common):
         call([self.path, "commit", "--quiet", ctr, tag], f"commit {tag}", TRANSFER_S)
 
 
-def _common_build_args(
-    dockerfile: Path,
-    target: str,
-    args: Mapping[str, str],
-    tags: Sequence[str],
-    output: Path | None,
-    ca_bundle: Path | None,
-) -> list[str]:
-    """The part of a build command both tools spell the same way."""
-    cmd = ["--secret", f"id=ca,src={ca_bundle}"] if ca_bundle is not None else []
-    cmd += ["-f", str(dockerfile), "--target", target]
-    for key, value in args.items():
-        cmd += ["--build-arg", f"{key}={value}"]
-    for tag in tags:
-        cmd += ["-t", tag]
-    if output is not None:
-        cmd += ["--output", f"type=local,dest={output}"]
-    return cmd
-
-
 def push_digest(output: str) -> str | None:
     """The manifest digest a push reports (`… digest: sha256:<64 hex> size: …`)."""
     found = re.findall(r"digest: (sha256:[0-9a-f]{64})", output)
@@ -400,16 +406,18 @@ def host_ccache_dir() -> Path | None:
 
 
 def host_caches(ccache: Path | None) -> list[Volume]:
-    """Host caches mounted into buildah's build stage: the sdist downloads and ccache (the
-    build stage builds under the same paths as a root user's local build, so the host's
-    objects are hits)."""
+    """Host caches mounted into buildah's build stage, where the Dockerfiles point
+    LLAMASPEC_CACHE and CCACHE_DIR (`STAGE_CACHE`, `STAGE_CCACHE`): the sdist downloads and
+    ccache. The host's objects are hits there: ccache's base_dir is the source tree
+    (`llamaspec.engine.build.ccache_env`), so compile commands read the same relative paths
+    wherever the cache lies."""
     downloads = cache_dir() / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
-    out = [(downloads, "/root/.cache/llamaspec/downloads")]
+    out = [(downloads, f"{STAGE_CACHE}/downloads")]
     ccache = ccache or host_ccache_dir()
     if ccache is not None:
         ccache.mkdir(parents=True, exist_ok=True)
-        out.append((ccache, "/root/.cache/ccache"))
+        out.append((ccache, STAGE_CCACHE))
     return out
 
 
