@@ -26,6 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
         (["smoke", "--artifact", "nope", "--dist", "/nonexistent"], "is not an artifact"),
         (["build", "--jobs", "-4"], "'-4' is not a whole number of 1 or more"),
         (["build", "-j", "0"], "'0' is not a whole number of 1 or more"),
+        (["verify", "--repeat", "0"], "'0' is not a whole number of 1 or more"),
+        (["bench", "--repetitions", "x"], "'x' is not a whole number of 1 or more"),
+        (["verify", "--artifact", "nope", "--dist", "/nonexistent"], "is not an artifact"),
+        (["bench-build", "--artifact", "nope", "--dist", "/nonexistent"], "is not an artifact"),
         (["recipe", "show", "qwen2.5-coder-7b", "--engine", ""], "--engine: must not be empty"),
         (["serve", "qwen2.5-coder-7b", "--engine", " "], "--engine: must not be empty"),
         (

@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llamaspec.cli import shared
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -14,16 +16,6 @@ if TYPE_CHECKING:
     from llamaspec.proof.bench import BenchPlan
 
 DEFAULT_RECIPE = "gemma3-270m-ngram"
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
-    return value
 
 
 def _minutes(text: str) -> float:
@@ -37,8 +29,7 @@ def _minutes(text: str) -> float:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
-    p.add_argument("--dist", type=Path, default=Path("dist"))
+    shared.add_artifact_args(p)
     p.add_argument(
         "--workload",
         action="append",
@@ -67,11 +58,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="TYPE",
         help="ad-hoc: spec type (repeatable to stack): draft, ngram-mod, ngram-map-k, …",
     )
-    b.add_argument("--n-max", type=_positive, help="draft length (overrides the recipe's)")
-    b.add_argument("--repetitions", type=_positive, default=3)
+    b.add_argument("--n-max", type=shared.positive, help="draft length (overrides the recipe's)")
+    b.add_argument("--repetitions", type=shared.positive, default=3)
     b.add_argument(
         "--concurrency",
-        type=_positive,
+        type=shared.positive,
         action="append",
         default=[],
         metavar="N",
@@ -87,20 +78,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     t.add_argument("--fresh", action="store_true", help="ignore the state of an earlier run")
     t.add_argument(
-        "--candidates", type=_positive, metavar="N", help="try at most N candidates (in order)"
+        "--candidates",
+        type=shared.positive,
+        metavar="N",
+        help="try at most N candidates (in order)",
     )
     bb = sub.add_parser("bench-build", help="cold build time: llamaspec vs plain cmake")
-    bb.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
-    bb.add_argument("--dist", type=Path, default=Path("dist"))
+    shared.add_artifact_args(bb)
     bb.add_argument("--reports", type=Path, default=Path("reports"))
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command not in ("bench", "bench-build", "tune"):
         return False
-    from llamaspec.engine.build import load_artifact, newest_artifact
-
-    artifact = load_artifact(args.dist, args.artifact or newest_artifact(args.dist))
+    artifact = shared.load_artifact(args)
     if args.command == "bench-build":
         from llamaspec.engine.build_bench import bench_build
 

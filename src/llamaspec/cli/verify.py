@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from llamaspec.cli import shared
 from llamaspec.errors import LlamaspecError
 
 
@@ -15,8 +16,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "verify",
         help="equivalence suite: strict tier on F32 reference copies, per-token oracle tier",
     )
-    v.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
-    v.add_argument("--dist", type=Path, default=Path("dist"))
+    shared.add_artifact_args(v)
     v.add_argument(
         "--model",
         choices=["embedded", "hybrid"],
@@ -68,7 +68,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     v.add_argument(
         "--repeat",
-        type=_positive,
+        type=shared.positive,
         default=1,
         metavar="N",
         help="built-in models: run the parallel mode N times (timing-dependent batching)",
@@ -76,25 +76,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--reports", type=Path, default=Path("reports"))
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return value
-
-
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command != "verify":
         return False
-    from llamaspec.engine.build import load_artifact, newest_artifact
     from llamaspec.models.dialects import dialect_for
     from llamaspec.proof import suite
 
     _check(args)
-    artifact = load_artifact(args.dist, args.artifact or newest_artifact(args.dist))
+    artifact = shared.load_artifact(args)
     dialect = dialect_for(artifact, console.print)
     if args.recipe:
         outcome = suite.for_recipe(
