@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from llamaspec import config
+from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.proof import bench, costmodel, verify
 
@@ -78,6 +80,29 @@ def test_bench_splits_a_rendered_command_into_plain_and_speculative_args() -> No
     ]
     assert bench.with_slots(plain, 4)[-4:] == ["-c", "16384", "-np", "4"]
     assert bench.shown(["-m", "/nowhere/t.gguf", "-c", "1"]) == "llama-server -m t.gguf -c 1"
+
+
+@pytest.mark.parametrize("name", sorted(dialects.DIALECTS))
+def test_split_takes_every_dialects_speculative_arguments(name: str) -> None:
+    """A full command split into plain and speculative parts: the speculative part is what
+    the dialect renders for the spec settings alone, for every type the dialect offers."""
+    rendered = 0
+    for spec_type in sorted(dialects.DIALECTS[name].types):
+        spec = config.SpecSettings(
+            types=(spec_type,), draft_n_max=8, draft_n_min=1, draft_p_min=0.5,
+            draft_gpu_layers=99, draft_cache_type_k="q8_0", draft_cache_type_v="q8_0",
+            draft_device="CUDA0", ngram_mod_n_min=4, ngram_mod_n_max=16, ngram_mod_n_match=8,
+        )  # fmt: skip
+        server = config.ServerSettings(ctx=4096, parallel=2, flash_attn="on")
+        try:
+            full = dialects.render(name, spec, server, draft="d.gguf", target="t.gguf").argv
+        except LlamaspecError:
+            continue  # a type this dialect refuses in this form (its message is tested elsewhere)
+        plain, spec_args = bench.split_spec(bench.server_args(full))
+        assert spec_args == list(dialects.render(name, spec, draft="d.gguf").argv), spec_type
+        assert plain[:2] == ["-m", "t.gguf"] and "d.gguf" not in plain, spec_type
+        rendered += 1
+    assert rendered
 
 
 def test_dialect_probe_from_help() -> None:

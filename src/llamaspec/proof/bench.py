@@ -29,32 +29,10 @@ from llamaspec.proof import costmodel
 from llamaspec.proof.client import Server, running, server_help
 from llamaspec.proof.workloads import Workload
 
-# Flags that switch speculation on or tune it (all take one value), in every dialect.
-_SPEC_PREFIXES = ("--spec-",)
-_SPEC_FLAGS = frozenset(
-    {
-        "-md",
-        "--model-draft",
-        "--draft",
-        "--draft-max",
-        "--draft-min",
-        "--draft-n",
-        "--draft-p-min",
-        "-ngld",
-        "--gpu-layers-draft",
-        "--n-gpu-layers-draft",
-        "-ctkd",
-        "-ctvd",
-        "--cache-type-k-draft",
-        "--cache-type-v-draft",
-        "-devd",
-        "--device-draft",
-        "-cd",
-        "--ctx-size-draft",
-    }
-)
-# Speculative switches that take no value (ik_llama.cpp's MTP).
-_SPEC_SWITCHES = frozenset({"-mtp", "--multi-token-prediction"})
+# Speculative flags: every dialect's (`dialects.SPEC_FLAGS` take one value,
+# `dialects.SPEC_SWITCHES` none), and any other `--spec-*` option with its value (the n-gram
+# size knobs that recipes and tune pass as server extras).
+_SPEC_PREFIX = "--spec-"
 # The cost model's prefix and the tokens appended to it in the batch timings.
 _COST_PREFIX = (
     "A short note on how tides work. The moon's gravity pulls on the oceans, and the water "
@@ -75,11 +53,11 @@ def split_spec(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg in _SPEC_SWITCHES:
+        if arg in dialects.SPEC_SWITCHES:
             spec.append(arg)
             i += 1
             continue
-        if arg in _SPEC_FLAGS or arg.startswith(_SPEC_PREFIXES):
+        if arg in dialects.SPEC_FLAGS or arg.startswith(_SPEC_PREFIX):
             spec += list(argv[i : i + 2])
             i += 2
             continue
