@@ -162,6 +162,14 @@ def test_malformed_yaml_names_file_and_line(tmp_path: Path) -> None:
 # --- recipes -----------------------------------------------------------------------------
 
 
+def test_find_names_a_recipe_with_its_catalog() -> None:
+    recipe, catalog = recipes.find("gemma3-270m-ngram", ROOT)
+    assert recipe == config.load_recipes(ROOT)["gemma3-270m-ngram"]
+    assert recipe.pair in catalog.pairs and catalog == config.load_models(ROOT)
+    with pytest.raises(LlamaspecError, match="Unknown recipe 'gemma3-270m-ngarm'. Did you mean"):
+        recipes.find("gemma3-270m-ngarm", ROOT)
+
+
 @pytest.mark.parametrize("name", sorted(config.load_recipes(ROOT)))
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_every_recipe_renders_for_every_dialect(name: str, dialect: str) -> None:

@@ -128,17 +128,15 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
     from llamaspec.models import recipes
 
     root = project_root()
-    catalog = config.load_models(root)
-    all_recipes = config.load_recipes(root, catalog)
     if args.recipe_command == "list":
         table = Table(title="recipes (recipes/*.yaml)")
         for col in ("recipe", "pair", "spec", "description"):
             table.add_column(col, no_wrap=col != "description")
-        for row in recipes.describe(list(all_recipes.values())):
+        for row in recipes.describe(list(config.load_recipes(root).values())):
             table.add_row(*row)
         console.print(table)
         return
-    recipe = all_recipes[choose("recipe", args.recipe, all_recipes)]
+    recipe, catalog = recipes.find(args.recipe, root)
     pair = catalog.pairs[recipe.pair]
     locked = lockfile.load(root)["models"]
     target = _model_path(catalog.models[pair.target], locked.get(pair.target))
@@ -220,14 +218,12 @@ def _command(
 
 
 def _serve(args: argparse.Namespace, console: Console) -> None:
-    from llamaspec import config
     from llamaspec.engine.build import newest_artifact
     from llamaspec.models import catalog as models
+    from llamaspec.models import recipes
 
     root = project_root()
-    catalog = config.load_models(root)
-    all_recipes = config.load_recipes(root, catalog)
-    recipe = all_recipes[choose("recipe", args.recipe, all_recipes)]
+    recipe, catalog = recipes.find(args.recipe, root)
     if not args.artifact:
         args.artifact = newest_artifact(args.dist, args.engine)
     files = models.pull(catalog, recipe.pair, root, console)

@@ -13,16 +13,27 @@ from pathlib import Path
 
 import yaml
 
-from llamaspec.config import Recipe
+from llamaspec import config
+from llamaspec.config import ModelsFile, Recipe
 from llamaspec.engine.build import Artifact
-from llamaspec.errors import LlamaspecError
+from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import dialects
+from llamaspec.paths import project_root
 
 # The spellings, the --help checks and the command type live in the dialect module.
 ServerCommand = dialects.ServerCommand
 check_against_help = dialects.check_against_help
 spec_type_choices = dialects.spec_type_choices
 CAPABILITIES = {name: d.types for name, d in dialects.DIALECTS.items()}
+
+
+def find(name: str, root: Path | None = None) -> tuple[Recipe, ModelsFile]:
+    """The recipe `name` from the project's recipes/ (an unknown name: did-you-mean), and the
+    model catalog it was checked against (its pair and the pair's models are in it)."""
+    root = root or project_root()
+    catalog = config.load_models(root)
+    known = config.load_recipes(root, catalog)
+    return known[choose("recipe", name, known)], catalog
 
 
 def render(

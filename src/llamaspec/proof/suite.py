@@ -17,7 +17,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from llamaspec import config
 from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import catalog as models
@@ -139,9 +138,7 @@ def for_recipe(
 ) -> Outcome:
     """A recipe's own settings on the user's build: oracle tier (+ strict with --strict)."""
     root = project_root()
-    catalog = config.load_models(root)
-    known = config.load_recipes(root, catalog)
-    recipe = known[choose("recipe", name, known)]
+    recipe, catalog = recipes.find(name, root)
     files = models.pull(catalog, recipe.pair, root, console)
 
     def method(target: Path, draft: Path | None) -> verify.Method:

@@ -30,7 +30,7 @@ from rich.console import Console
 from llamaspec import config
 from llamaspec import lock as lockfile
 from llamaspec.engine.build import Artifact
-from llamaspec.errors import LlamaspecError, choose, did_you_mean
+from llamaspec.errors import LlamaspecError, did_you_mean
 from llamaspec.models import catalog, dialects, recipes
 from llamaspec.paths import project_root
 from llamaspec.proof import bench, costmodel, workloads
@@ -55,9 +55,7 @@ def recipe_models(name: str, console: Console) -> tuple[config.Recipe, Path, Pat
 
     Only the embedded pair is fetched here; other pairs must be pulled first."""
     root = project_root()
-    models = config.load_models(root)
-    all_recipes = config.load_recipes(root, models)
-    recipe = all_recipes[choose("recipe", name, all_recipes)]
+    recipe, models = recipes.find(name, root)
     pair = models.pairs[recipe.pair]
     handles = [h for h in (pair.target, pair.draft) if h is not None]
     locked = lockfile.load(root)["models"]
