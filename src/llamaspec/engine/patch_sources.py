@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from llamaspec.config import FULL_SHA, Engine
+from llamaspec.config import FULL_SHA, Engine, PatchEntry
 from llamaspec.engine import gitutil
 from llamaspec.engine.sources import UNREACHABLE_HINTS
 from llamaspec.errors import LlamaspecError
@@ -190,6 +190,17 @@ def resolve_pr(engine: Engine, pr: int, patch_source: str | None) -> list[str]:
     return gitutil.git(
         "rev-list", "--reverse", "--no-merges", f"HEAD..{head.stdout.strip()}", cwd=local
     ).stdout.split()
+
+
+def resolve_entry(entry: PatchEntry, engine: Engine, patch_source: str | None) -> list[str] | None:
+    """Full SHAs for a commit or PR-head catalog entry (None: a file patch, nothing to resolve).
+
+    Raises NeedsMirror when only the engine's history could say, LlamaspecError otherwise."""
+    if entry.source.pr_head and entry.upstream:
+        return resolve_pr(engine, entry.upstream.pr, patch_source)
+    if entry.source.commits:
+        return [resolve_commitish(engine, c, patch_source) for c in entry.source.commits]
+    return None
 
 
 def export_diffs(engine_names: list[str], dest: Path) -> int:
