@@ -42,10 +42,18 @@ class BuildSpec:
     cuda_arch: str | None = None
 
 
-def run_build(spec: BuildSpec, console: Console, root: Path | None = None) -> build_stage.Artifact:
-    """Fetch, patch and build `spec`; a failing file operation is one paragraph too."""
+def run_build(
+    spec: BuildSpec,
+    console: Console,
+    root: Path | None = None,
+    engine: config.Engine | None = None,
+) -> build_stage.Artifact:
+    """Fetch, patch and build `spec`; a failing file operation is one paragraph too.
+
+    `engine`: a record to build instead of engines.yaml's (`bump` builds its candidate pin
+    with the candidate's release record, before engines.yaml and the lock name it)."""
     try:
-        return _run_build(spec, console, root)
+        return _run_build(spec, console, root, engine)
     except OSError as exc:
         raise LlamaspecError(
             f"The build stopped: {_os_error(exc)}. Check that file, free disk space and the "
@@ -65,12 +73,14 @@ def _os_error(exc: OSError) -> str:
     return f"{exc.strerror or exc}{where}"
 
 
-def _run_build(spec: BuildSpec, console: Console, root: Path | None) -> build_stage.Artifact:
+def _run_build(
+    spec: BuildSpec, console: Console, root: Path | None, record: config.Engine | None
+) -> build_stage.Artifact:
     # Every input is validated before any work, and before the tools are looked for: a typo
     # is reported as a typo even on a machine without a compiler.
     build_stage.check_dist(spec.dist)
     engines = config.load_engines(root)
-    engine = engines[choose("engine", spec.engine, engines)]
+    engine = record or engines[choose("engine", spec.engine, engines)]
     backend = backends.check_backend(spec.backend)
     resolved = resolve_options(spec, engine.name)
     series = config.load_series(root)
@@ -79,7 +89,8 @@ def _run_build(spec: BuildSpec, console: Console, root: Path | None) -> build_st
     )
     sources.check_request(engine, spec.pin, spec.source, spec.source_dir)
     locked = lockfile.load(root or _root())
-    lockfile.check_pin(engine, spec.pin or engine.pin, locked)
+    if record is None:  # a candidate record is in no lock yet
+        lockfile.check_pin(engine, spec.pin or engine.pin, locked)
     tools = toolchain.detect()
     preflight.run(backend, tools, None, resolved.archs, resolved.defines).require()
     say = console.print
