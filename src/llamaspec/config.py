@@ -112,11 +112,16 @@ class PatchSource(Frozen):
     commits: tuple[CommitIsh, ...] = ()
     file: RelPath | None = None
     pr_head: bool = False
+    # Files of the commits' diffs left out: a project patch of the series (`adapts`) carries
+    # their change, rewritten for pins where the commits' own hunks do not apply.
+    exclude: tuple[RelPath, ...] = ()
 
     @model_validator(mode="after")
     def _exactly_one(self) -> PatchSource:
         if sum((bool(self.commits), self.file is not None, self.pr_head)) != 1:
             raise ValueError("source needs exactly one of `commits`, `file` or `pr_head: true`")
+        if self.exclude and not self.commits:
+            raise ValueError("`exclude` leaves files out of `commits` diffs; it needs `commits`")
         return self
 
 
@@ -141,7 +146,16 @@ class PatchEntry(Frozen):
     requires: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()
     only_if_missing: RelPath | None = None
+    # A project patch that carries part of a merged entry, rewritten for older pins: it is
+    # applied with that entry and is in base wherever that entry is.
+    adapts: str | None = None
     notes: str = ""
+
+    @model_validator(mode="after")
+    def _adapts_a_merged_entry(self) -> PatchEntry:
+        if self.adapts is not None and (self.state != "project" or self.source.file is None):
+            raise ValueError("`adapts` is for project patches (state: project, source: file)")
+        return self
 
 
 class EnginesFile(Frozen):
@@ -503,14 +517,38 @@ def load_series(root: Path | None = None) -> tuple[PatchEntry, ...]:
                 f"{path}: patch {entry.id!r} is for engine {entry.engine!r}, which does not exist."
                 f"{did_you_mean(entry.engine, ENGINES)} Known engines: {', '.join(ENGINES)}."
             )
+    by_id = {entry.id: entry for entry in parsed.patches}
     for entry in parsed.patches:
-        for other in (*entry.requires, *entry.conflicts):
+        for other in (*entry.requires, *entry.conflicts, *filter(None, [entry.adapts])):
             if other not in seen:
                 raise LlamaspecError(
-                    f"{path}: patch {entry.id!r} names {other!r} in requires/conflicts, which is "
-                    f"not in the catalog.{did_you_mean(other, seen)}"
+                    f"{path}: patch {entry.id!r} names {other!r} in requires/conflicts/adapts, "
+                    f"which is not in the catalog.{did_you_mean(other, seen)}"
                 )
+            if by_id[other].engine != entry.engine:
+                raise LlamaspecError(
+                    f"{path}: patch {entry.id!r} ({entry.engine}) names {other!r}, a patch for "
+                    f"{by_id[other].engine}; requires/conflicts/adapts stay within one engine."
+                )
+        if entry.adapts is not None:
+            _check_adapts(path, entry, by_id)
     return parsed.patches
+
+
+def _check_adapts(path: Path, entry: PatchEntry, by_id: dict[str, PatchEntry]) -> None:
+    """An adapting patch follows its merged entry in catalog order and is required by it."""
+    target = by_id[str(entry.adapts)]
+    order = list(by_id)
+    if target.state != "merged" or not target.source.commits:
+        raise LlamaspecError(
+            f"{path}: patch {entry.id!r} adapts {target.id!r}, which is not a merged commit "
+            "entry; `adapts` rewrites part of engine commits for older pins."
+        )
+    if order.index(entry.id) < order.index(target.id) or entry.id not in target.requires:
+        raise LlamaspecError(
+            f"{path}: patch {entry.id!r} adapts {target.id!r}: list it after {target.id!r} and "
+            f"in {target.id!r}'s requires, so selecting {target.id!r} brings it along."
+        )
 
 
 def load_defects(root: Path | None = None) -> tuple[Defect, ...]:
@@ -518,11 +556,19 @@ def load_defects(root: Path | None = None) -> tuple[Defect, ...]:
     root = root or project_root()
     path = root / "patches" / "series.yaml"
     parsed = parse(SeriesFile, read_yaml(path), str(path))
+    patch_ids = {p.id: p.engine for p in parsed.patches}
     for d in parsed.defects:
         if d.engine not in ENGINES:
             raise LlamaspecError(
                 f"{path}: defect {d.id!r} is for engine {d.engine!r}."
                 f"{did_you_mean(d.engine, ENGINES)}"
+            )
+        # one word is a catalog patch id (free text, with spaces, names a fix elsewhere)
+        if d.fixed_by and " " not in d.fixed_by.strip() and patch_ids.get(d.fixed_by) != d.engine:
+            raise LlamaspecError(
+                f"{path}: defect {d.id!r} is fixed_by {d.fixed_by!r}, which is not a catalog "
+                f"patch for {d.engine}.{did_you_mean(d.fixed_by, patch_ids)} Name a patch id, or "
+                "describe the fix in words."
             )
     return parsed.defects
 

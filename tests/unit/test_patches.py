@@ -112,8 +112,10 @@ def test_select_defaults_includes_excludes_and_unknown_ids(tmp_path: Path) -> No
     assert ids(patches.select(series, "llama.cpp")) == ["a"]
     assert ids(patches.select(series, "llama.cpp", include=["b"])) == ["a", "b"]
     assert ids(patches.select(series, "llama.cpp", exclude=["a"])) == []
-    with pytest.raises(LlamaspecError, match="requires 'a'"):
-        patches.select(series, "llama.cpp", ["b"], no_defaults=True)
+    # --patch b brings what b requires, even without defaults; excluding it is an error
+    assert ids(patches.select(series, "llama.cpp", ["b"], no_defaults=True)) == ["a", "b"]
+    with pytest.raises(LlamaspecError, match="requires 'a', which --no-patch a excludes"):
+        patches.select(series, "llama.cpp", ["b"], exclude=["a"])
     with pytest.raises(LlamaspecError, match="Did you mean 'a'"):
         patches.select(series, "llama.cpp", include=["aa"])
     with pytest.raises(LlamaspecError, match="is for ik_llama.cpp"):

@@ -64,31 +64,17 @@ def status(args: argparse.Namespace, engines: dict, console: Console) -> None:
     for col in ("id", "PR", "state", "default", "status", "note"):
         table.add_column(col, overflow="fold")
     unusable: list[str] = []
-    for entry in config.load_series(root):
-        if entry.engine != engine.name:
-            continue
+    series = config.load_series(root)
+    by_id = {e.id: e for e in series}
+    for j in patches.judge_series(
+        series, tree, engine, lock, root, args.patch_source, console.print
+    ):
+        entry = by_id[j.id]
         pr = f"#{entry.upstream.pr}" if entry.upstream else "-"
-        why = patches.in_base_by_record(entry, tree, engine)
-        if entry.only_if_missing and (tree.path / entry.only_if_missing).exists():
-            state, note = "skipped", f"{entry.only_if_missing} is present"
-        elif why:
-            state, note = "in-base", why
-        else:
-            try:
-                texts, _ = patches.texts_for(
-                    entry, engine, lock, root, args.patch_source, console.print
-                )
-            except LlamaspecError as exc:  # not resolved or not reachable: status unknown
-                state, note = "unknown", exc.message.split(". ")[0]
-            else:
-                try:
-                    for text in texts:
-                        patches.check_paths(entry, text)
-                except LlamaspecError as exc:  # the patch itself is unusable
-                    state, note = "error", exc.message
-                    unusable.append(f"{entry.id}: {exc.message}")
-                else:
-                    state, note = patches.check(tree.path, texts), entry.notes[:60]
+        plain = j.basis == "content" and not j.note.startswith("applies after")
+        state, note = j.status, entry.notes[:60] if plain else j.note
+        if j.status == "error":
+            unusable.append(f"{entry.id}: {j.note}")
         table.add_row(entry.id, pr, entry.state, "on" if entry.default else "off", state, note)
     console.print(table)
     from llamaspec.proof.defects import defects_for
@@ -122,11 +108,8 @@ def run_lock(args: argparse.Namespace, console: Console) -> None:
         engine = engines[entry.engine]
         src = mirrors.get(entry.engine)
         try:
-            if entry.source.pr_head and entry.upstream:
-                commits = patchsrc.resolve_pr(engine, entry.upstream.pr, src)
-            elif entry.source.commits:
-                commits = [patchsrc.resolve_commitish(engine, c, src) for c in entry.source.commits]
-            else:
+            commits = patchsrc.resolve_entry(entry, engine, src)
+            if commits is None:
                 continue
             lock["patches"][entry.id] = commits
             console.print(f"lock: {entry.id}: {len(commits)} commit(s), head {commits[-1][:12]}")

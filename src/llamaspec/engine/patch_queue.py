@@ -66,14 +66,50 @@ def select(
                 f"Patch {pid!r} is for {ids[pid].engine}, not {engine}; drop it or pick "
                 f"--engine {ids[pid].engine}."
             )
-    chosen = []
-    for entry in series:
-        if entry.engine != engine or entry.id in exclude:
-            continue
-        if entry.id in include or (entry.default and not no_defaults):
-            chosen.append(entry)
+    wanted = {
+        e.id
+        for e in series
+        if e.engine == engine
+        and e.id not in exclude
+        and (e.id in include or (e.default and not no_defaults))
+    }
+    wanted |= _pulled(ids, wanted, exclude)
+    chosen = [entry for entry in series if entry.id in wanted]
     _requirements(chosen)
     return chosen
+
+
+def _needs(entry: PatchEntry) -> tuple[str, ...]:
+    """What selecting `entry` brings along: its requires, and the entry it adapts."""
+    return (*entry.requires, *([entry.adapts] if entry.adapts else []))
+
+
+def _pulled(ids: dict[str, PatchEntry], wanted: set[str], exclude: Sequence[str]) -> set[str]:
+    """Everything the wanted entries require, transitively; a requirement that --no-patch
+    excludes is an error naming both (a series cannot be applied in part)."""
+    out: set[str] = set()
+    todo = list(wanted)
+    while todo:
+        pid = todo.pop()
+        for need in _needs(ids[pid]):
+            if need in exclude:
+                raise LlamaspecError(
+                    f"Patch {pid!r} requires {need!r}, which --no-patch {need} excludes. A series "
+                    f"applies whole: drop --no-patch {need}, or drop {pid!r} too (--no-patch "
+                    f"{pid})."
+                )
+            if need not in wanted and need not in out:
+                out.add(need)
+                todo.append(need)
+    return out
+
+
+def series_before(series: Sequence[PatchEntry], entry: PatchEntry) -> list[PatchEntry]:
+    """The entries that selecting `entry` alone pulls in and that come before it in catalog
+    order: what must be applied first for `entry`'s own diff to be judged."""
+    chosen = select(series, entry.engine, include=[entry.id], no_defaults=True)
+    order = [e.id for e in chosen]
+    return chosen[: order.index(entry.id)]
 
 
 def patch_file(entry: PatchEntry, root: Path) -> Path:
@@ -157,8 +193,141 @@ def texts_for(
             "resolved in llamaspec.lock. Run `nox -s lock -- --patch-source DIR` with a mirror of "
             f"{engine.git_url}, or drop it with --no-patch {entry.id}."
         )
-    texts = [patchsrc.commit_diff(engine, c, patch_source, say) for c in commits]
-    return texts, "commits:" + ",".join(c[:12] for c in commits)
+    texts = []
+    for i, sha in enumerate(commits, 1):
+        try:
+            texts.append(patchsrc.commit_diff(engine, sha, patch_source, say))
+        except LlamaspecError as exc:
+            which = f"commit {i} of {len(commits)}" if len(commits) > 1 else "its commit"
+            raise LlamaspecError(
+                f"Patch {entry.id!r} ({entry.title}) needs the diff of {which}, {sha}. "
+                + exc.message,
+                details=exc.details,
+            ) from None
+    label = "commits:" + ",".join(c[:12] for c in commits)
+    if entry.source.exclude:
+        texts = without_files(entry, texts)
+        label += " without " + ",".join(entry.source.exclude)
+    return texts, label
+
+
+_FILE_HEADER = re.compile(r"^diff --git a/(.*?) b/(.*)$")
+
+
+def without_files(entry: PatchEntry, texts: Sequence[str]) -> list[str]:
+    """The diffs with the files named in `source.exclude` left out (each must be in one)."""
+    drop = set(entry.source.exclude)
+    seen: set[str] = set()
+    out = []
+    for text in texts:
+        kept: list[str] = []
+        keep = True
+        for line in text.splitlines(keepends=True):
+            m = _FILE_HEADER.match(line) if line.startswith("diff --git ") else None
+            if m:
+                names = {m.group(1), m.group(2).rstrip("\n")}
+                keep = not (names & drop)
+                seen |= names & drop
+            if keep:
+                kept.append(line)
+        out.append("".join(kept))
+    missing = sorted(drop - seen)
+    if missing:
+        raise LlamaspecError(
+            f"Patch {entry.id!r} excludes {', '.join(missing)}, which its commits do not touch. "
+            "Fix `source.exclude` in patches/series.yaml."
+        )
+    return [t for t in out if t.strip()]
+
+
+Judged = Literal["in-base", "applies", "conflict", "skipped", "unknown", "error"]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A catalog patch's status on a tree, without touching it, and on what it rests.
+
+    `basis`: `only_if_missing`, `record` (release, date or ancestry), `content` (git apply
+    --check, reverse and forward), `unresolved` (no diff here) or `unusable` (a bad diff)."""
+
+    id: str
+    status: Judged
+    note: str
+    basis: str
+
+
+def judge(
+    entry: PatchEntry,
+    tree: SourceTree,
+    engine: Engine,
+    lock: dict,
+    root: Path,
+    patch_source: str | None,
+    say: Callable[[str], None],
+    before: Sequence[str] = (),
+) -> Judgement:
+    """The status `patches status` and `bump` report: in-base by release record, ancestry or
+    content; applies; conflict; skipped; unknown (no diff to judge); error (unusable diff).
+
+    `before`: diffs applied first (the earlier members of a series, see `judge_series`)."""
+    if entry.only_if_missing and (tree.path / entry.only_if_missing).exists():
+        return Judgement(
+            entry.id, "skipped", f"{entry.only_if_missing} is present", "only_if_missing"
+        )
+    why = in_base_by_record(entry, tree, engine)
+    if why:
+        return Judgement(entry.id, "in-base", why, "record")
+    try:
+        texts, _ = texts_for(entry, engine, lock, root, patch_source, say)
+    except LlamaspecError as exc:  # not resolved or not reachable: status unknown
+        return Judgement(entry.id, "unknown", exc.message.split(". ")[0], "unresolved")
+    try:
+        for text in texts:
+            check_paths(entry, text)
+    except LlamaspecError as exc:  # the patch itself is unusable
+        return Judgement(entry.id, "error", exc.message, "unusable")
+    status = check(tree.path, texts, before)
+    note = {
+        "in-base": "its diff reverse-applies",
+        "applies": "its diff applies",
+        "conflict": "its diff does not apply",
+    }[status]
+    return Judgement(entry.id, status, note, "content")  # type: ignore[arg-type]
+
+
+def judge_series(
+    series: Sequence[PatchEntry],
+    tree: SourceTree,
+    engine: Engine,
+    lock: dict,
+    root: Path,
+    patch_source: str | None,
+    say: Callable[[str], None],
+) -> list[Judgement]:
+    """`judge` for every catalog entry of `engine`, in order, each as a build would meet it:
+    on top of the earlier members of its series that apply (`requires`), and in base where
+    the merged entry it adapts is in base."""
+    out: dict[str, Judgement] = {}
+    texts: dict[str, list[str]] = {}
+    for entry in series:
+        if entry.engine != engine.name:
+            continue
+        adapted = out.get(str(entry.adapts)) if entry.adapts else None
+        if adapted is not None and adapted.status == "in-base":
+            j = Judgement(entry.id, "in-base", f"it adapts {entry.adapts}, in base", "record")
+        else:
+            first = [e.id for e in series_before(series, entry)]
+            first = [i for i in first if i in out and out[i].status == "applies"]
+            j = judge(
+                entry, tree, engine, lock, root, patch_source, say,
+                before=[t for i in first for t in texts[i]],
+            )  # fmt: skip
+            if j.status == "applies" and first:
+                j = Judgement(j.id, j.status, f"applies after {', '.join(first)}", j.basis)
+        if j.status == "applies":
+            texts[entry.id] = texts_for(entry, engine, lock, root, patch_source, say)[0]
+        out[entry.id] = j
+    return list(out.values())
 
 
 def apply(
@@ -177,6 +346,8 @@ def apply(
     decided: list[tuple[PatchEntry, str | None, list[str], str, str]] = []
     for entry in entries:
         why = in_base_by_record(entry, source, engine) if engine else None
+        if entry.adapts:
+            why = _adapted_in_base(entry, {e.id: w for e, w, *_ in decided})
         if why:
             decided.append((entry, why, [], "", "record"))
             continue
@@ -224,6 +395,12 @@ def apply(
             if why:
                 statuses.append(PatchStatus(entry.id, entry.title, "in-base", "", "record"))
                 say(f"patches: {entry.id}: in-base ({why})")
+                continue
+            if entry.adapts and any(
+                st.id == entry.adapts and st.status == "in-base" for st in statuses
+            ):
+                statuses.append(PatchStatus(entry.id, entry.title, "in-base", "", "record"))
+                say(f"patches: {entry.id}: in-base (it adapts {entry.adapts}, which is in base)")
                 continue
             if entry.only_if_missing and (tmp / entry.only_if_missing).exists():
                 statuses.append(PatchStatus(entry.id, entry.title, "skipped", digest, label))
@@ -279,16 +456,29 @@ def _damage(tree: Path, meta: Path) -> str | None:
     return None
 
 
-def check(tree: Path, texts: Sequence[str]) -> Status | str:
-    """in-base | applies | conflict, without touching `tree`."""
+def _adapted_in_base(entry: PatchEntry, decided: dict[str, str | None]) -> str | None:
+    why = decided.get(str(entry.adapts))
+    return f"it adapts {entry.adapts}, which is in base: {why}" if why else None
+
+
+def check(tree: Path, texts: Sequence[str], before: Sequence[str] = ()) -> Status | str:
+    """in-base | applies | conflict, without touching `tree`.
+
+    `before`: the diffs of entries applied first (a series), so the entry is judged on the
+    tree as a build would give it to it."""
     if texts and all(
         gitutil.git("apply", "--check", "-R", "-", cwd=tree, check=False, input_text=t).returncode
         == 0
         for t in texts
     ):
         return "in-base"
-    first = gitutil.git("apply", "--check", "-", cwd=tree, check=False, input_text=texts[0])
-    return "applies" if first.returncode == 0 else "conflict"
+    stacked = "".join(_ending(t) for t in (*before, *texts))
+    proc = gitutil.git("apply", "--check", "-", cwd=tree, check=False, input_text=stacked)
+    return "applies" if proc.returncode == 0 else "conflict"
+
+
+def _ending(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"
 
 
 def _apply_all(tree: Path, entry: PatchEntry, texts: Sequence[str], label: str, src: str) -> Status:

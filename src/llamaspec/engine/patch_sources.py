@@ -136,11 +136,11 @@ def commit_diff(engine: Engine, sha: str, patch_source: str | None, say: Say) ->
                 err = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"
                 if any(h in proc.stderr.lower() for h in UNREACHABLE_HINTS):
                     raise LlamaspecError(
-                        f"Cannot fetch patch commit {sha[:12]}: {source} is unreachable ({err}) "
-                        "and "
-                        f"no diff is cached. On a machine with access run `llamaspec patches "
-                        f"export DIR`, copy DIR here and run `llamaspec patches import DIR`, or "
-                        f"give --patch-source with a local mirror of {engine.name}."
+                        f"Cannot fetch patch commit {sha}: {source} is unreachable ({err}) and "
+                        f"the local diff cache ({diff_cache(engine.name)}) has no {sha}.diff. "
+                        "On a machine with access run `llamaspec patches export DIR`, copy DIR "
+                        "here and run `llamaspec patches import DIR`, or give --patch-source DIR "
+                        f"with a local mirror of {engine.name} that has the commit."
                     )
                 raise LlamaspecError(
                     f"{source} has no commit {sha}: {err}. Check the SHA in patches/series.yaml "

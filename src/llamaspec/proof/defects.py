@@ -19,7 +19,10 @@ class Defect:
 
     def describe(self) -> str:
         issue = f"; upstream {self.issue}" if self.issue else ""
-        return f"known defect {self.id}: {self.summary} (fix: {self.fixed_by}{issue})"
+        fix = self.fixed_by
+        if fix and " " not in fix:  # a catalog patch id (config.load_defects checks it)
+            fix = f"catalog patch {fix}: build with --patch {fix}"
+        return f"known defect {self.id}: {self.summary} (fix: {fix}{issue})"
 
 
 def defects_for(manifest: Mapping, symptom: str | None = None) -> list[Defect]:
