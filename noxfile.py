@@ -83,6 +83,13 @@ def lock(session: nox.Session) -> None:
 
 
 @nox.session
+def bump(session: nox.Session) -> None:
+    """Move an engine's pin: `nox -s bump -- --engine E [--to SHA|latest] [--build]`."""
+    _install(session, "embedded", "smoke")
+    session.run("llamaspec", "bump", *session.posargs)
+
+
+@nox.session
 def models(session: nox.Session) -> None:
     """Model pairs: `nox -s models -- list | check PAIR | pull PAIR`."""
     _install(session, "embedded")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from llamaspec import __version__
 from llamaspec.cli import bench as cli_bench
+from llamaspec.cli import bump as cli_bump
 from llamaspec.cli import docker as cli_docker
 from llamaspec.cli import doctor as cli_doctor
 from llamaspec.cli import models as cli_models
@@ -36,6 +37,7 @@ def make_parser() -> argparse.ArgumentParser:
     cli_verify.add_parsers(sub)
     cli_bench.add_parsers(sub)
     cli_patches.add_parsers(sub)
+    cli_bump.add_parsers(sub)
     cli_models.add_parsers(sub)
     cli_docker.add_parsers(sub)
     cli_doctor.add_parsers(sub)
@@ -58,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cli_verify.dispatch(args, console)
             or cli_bench.dispatch(args, console)
             or cli_patches.dispatch(args, console)
+            or cli_bump.dispatch(args, console)
             or cli_models.dispatch(args, console)
             or cli_docker.dispatch(args, console)
             or cli_doctor.dispatch(args, console)

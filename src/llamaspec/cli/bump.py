@@ -1,0 +1,229 @@
+"""`llamaspec bump`: move an engine's pin forward, re-judging the patch queue on the way.
+
+The plan (resolve, fetch, judge) is the engine stage's (engine/bump.py); with --build the
+candidate is built by the pipeline, smoke-tested and checked by verify's fast check here,
+where both stages may be imported. engines.yaml and llamaspec.lock change only when every
+step asked for passed; the report under reports/ is written either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from llamaspec.cli import options
+from llamaspec.errors import LlamaspecError, choose
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from llamaspec.engine import bump
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bump",
+        help="move an engine's pin to a newer commit: re-judge the patch queue, optionally "
+        "build, smoke and verify; update engines.yaml and llamaspec.lock when all pass",
+    )
+    p.add_argument(
+        "--engine", required=True, type=options.non_empty, help="llama.cpp or ik_llama.cpp"
+    )
+    p.add_argument(
+        "--to",
+        default="latest",
+        metavar="SHA|latest",
+        help="the candidate commit: `latest` (default: the remote's or mirror's HEAD; for "
+        "engines pinned at releases, the newest release) or a SHA (abbreviated needs a mirror)",
+    )
+    p.add_argument(
+        "--source-dir",
+        type=Path,
+        metavar="DIR",
+        help="a clone or mirror of the engine with history (bare or not) instead of the remote",
+    )
+    p.add_argument(
+        "--build", action="store_true", help="also build, smoke-test and verify the candidate"
+    )
+    p.add_argument(
+        "--allow-downgrade",
+        action="store_true",
+        help="accept a candidate older than the current pin (or on another branch)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="judge and write the report; change no other file"
+    )
+    p.add_argument(
+        "--reports", type=Path, metavar="DIR", help="where the report goes (default: reports/)"
+    )
+    options.add(p, "patch_source", "dist", "jobs")
+
+
+def dispatch(args: argparse.Namespace, console: Console) -> bool:
+    if args.command != "bump":
+        return False
+    run(args, console)
+    return True
+
+
+def run(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec import config
+    from llamaspec.engine import bump
+    from llamaspec.paths import project_root
+
+    root = project_root()
+    engines = config.load_engines(root)
+    engine = engines[choose("engine", args.engine, engines)]
+    bump.check_to(args.to)
+    if args.build:
+        from llamaspec.engine.build import check_dist
+
+        check_dist(args.dist)
+    say = console.print
+    plan = bump.plan(
+        engine, args.to, args.source_dir, args.patch_source, args.allow_downgrade, root, say
+    )
+    if plan.direction == "same":
+        say(f"bump: {engine.name} is already at {engine.pin[:12]} ({plan.how}); nothing to do")
+        return
+    _print_plan(plan, console)
+    out = bump.Outcome(
+        pypi=bump.pypi_news(engine),
+        other_files=bump.files_naming(root, engine.pin),
+        defects=bump.defects_at(root, engine.name, engine.pin),
+    )
+    problems = plan.blocking
+    if problems:
+        out.reason = f"the patch queue does not hold at {plan.new.short}: " + "; ".join(problems)
+    elif args.build:
+        out.built = True
+        failed = _prove(plan, args, console, out)
+        if failed:
+            out.reason = failed
+    say(f"pypi: {out.pypi.line}")
+    if out.reason:
+        out.status = "refused"
+    elif args.dry_run:
+        out.status = "dry-run"
+    else:
+        out.status = "updated"
+        out.changed = ["engines.yaml", "llamaspec.lock"]
+    reports = args.reports or root / "reports"
+    md, js = bump.write_report(reports, plan, out)
+    say(f"bump: report {_shown(md)} (and {js.name})")
+    if out.status == "refused":
+        raise LlamaspecError(
+            f"bump {engine.name} {plan.old.short} → {plan.new.short} refused: {out.reason}. "
+            f"engines.yaml and llamaspec.lock are unchanged; the report is {_shown(md)}."
+        )
+    if out.status == "dry-run":
+        say("bump: dry run: engines.yaml and llamaspec.lock are unchanged")
+        return
+    changed = bump.apply(root, plan)
+    dropped = " (its PyPI mirror, of the old pin, dropped)" if engine.pypi else ""
+    say(
+        f"bump: {engine.name} pinned at {plan.new.commit} ({plan.new.tag}, {plan.new.date})"
+        f"{dropped}; updated {' and '.join(changed)}"
+    )
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _print_plan(plan: bump.Plan, console: Console) -> None:
+    from rich.table import Table
+
+    o, n = plan.old, plan.new
+    between = (
+        f"{plan.commits_between} commits"
+        + (f" (from the {plan.counted_by})" if plan.counted_by not in ("", "history") else "")
+        if plan.commits_between is not None
+        else "commits between unknown (no history)"
+    )
+    console.print(
+        f"bump: {plan.engine.name} {o.short} ({o.date}, {o.tag}) → {n.short} ({n.date}, "
+        f"{n.tag}); {plan.how}; {between}"
+    )
+    table = Table(title=f"patch queue: {plan.engine.name} at {o.short} and at {n.short}")
+    for col in ("patch", "PR", "default", f"at {o.short}", f"at {n.short}", "change"):
+        table.add_column(col, overflow="fold")
+    for r in plan.rows:
+        change = r.change or "-"
+        if r.blocking:
+            change += f" (blocks: {r.blocking})"
+        table.add_row(
+            r.id,
+            r.pr,
+            "on" if r.default else "off",
+            r.before.status,
+            f"{r.after.status}: {r.after.note}",
+            change,
+        )
+    console.print(table)
+    for label, key in (
+        ("went in-base", "went in-base"),
+        ("now conflict", "now conflicts"),
+        ("newly apply", "newly applies"),
+    ):
+        console.print(f"bump: {label}: {', '.join(plan.ids(key)) or 'none'}")
+
+
+def _prove(plan: bump.Plan, args: argparse.Namespace, console: Console, out: bump.Outcome) -> str:
+    """Build, smoke and verify the candidate; the first failure, as one line ("" if none)."""
+    from llamaspec.engine.pipeline import BuildSpec, run_build
+    from llamaspec.paths import project_root
+    from llamaspec.proof.smoke import smoke_artifact
+
+    root = project_root()
+    spec = BuildSpec(
+        engine=plan.engine.name,
+        pin=plan.new.commit,
+        source="local" if plan.mirror else "git",
+        source_dir=plan.mirror,
+        dist=args.dist,
+        jobs=args.jobs,
+        patch_source=plan.patch_source,
+    )
+    artifact = None
+    for name in ("build", "smoke", "verify"):
+        try:
+            if name == "build":
+                artifact = run_build(spec, console, root, engine=plan.candidate)
+                detail = f"artifact {artifact.id}"
+            elif name == "smoke":
+                report = smoke_artifact(artifact, console, root)
+                detail = (
+                    f"drafts accepted {report.accepted}/{report.drafted}; the F32 reference's "
+                    "output unchanged by speculation"
+                )
+            else:
+                detail = _verify(artifact, console, root)
+        except LlamaspecError as exc:
+            out.steps.append({"step": name, "passed": False, "detail": exc.message})
+            return f"the {name} of {plan.new.short} failed: {exc.message}"
+        out.steps.append({"step": name, "passed": True, "detail": detail})
+    return ""
+
+
+def _verify(artifact, console: Console, root: Path) -> str:
+    """verify's fast check: two prompts, draft model on the F32 reference, token-identical."""
+    from llamaspec.models import dialects
+    from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
+    from llamaspec.proof import verify
+    from llamaspec.proof.reference import reference_copy
+
+    ref = reference_copy(embedded_model(console.print), EMBEDDED_SHA256, console.print)
+    dialect = dialects.dialect_for(artifact, console.print, root)
+    argv = dialects.spec_args(dialect, dialects.SpecSettings("draft", ref.path, n_max=8, p_min=0.0))
+    check = verify.fast_check(artifact, dialect, ref.path, argv, console)
+    if not check.passed:
+        raise LlamaspecError(
+            f"verify's fast check (a draft model on the F32 reference) changed the output: "
+            f"{check.detail}"
+        )
+    return f"fast check (a draft model on the F32 reference): {check.detail}"
