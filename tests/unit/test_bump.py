@@ -356,11 +356,22 @@ def test_engines_yaml_edit_touches_only_the_bumped_entry() -> None:
     assert edited.startswith(text.split("engines:")[0])  # the header comment stays
     up = engines["llama.cpp"]
     moved = up.model_copy(
-        update={"pin": "2" * 40, "tag": "b11400", "build_number": 11400, "pypi": None}
+        update={
+            "pin": "2" * 40,
+            "tag": "b11400",
+            "build_number": 11400,
+            "pypi": None,
+            "dialect": "upstream-legacy",
+        }
     )
     edited = bump.edit_engines_text(text, "llama.cpp", moved)
     bump.check_edit(text, edited, "llama.cpp", moved)
     assert "    build_number: 11400\n" in edited and "    tag: b11400\n" in edited
+    assert "    dialect: upstream-legacy\n" in edited
+    numbered = new.model_copy(update={"build_number": 42})  # a line is added where none was
+    edited = bump.edit_engines_text(text, "ik_llama.cpp", numbered)
+    bump.check_edit(text, edited, "ik_llama.cpp", numbered)
+    assert "    pin_date: 2026-08-15\n    build_number: 42\n" in edited
     unnumbered = moved.model_copy(update={"build_number": None, "tag": "main@2026-10-02"})
     edited = bump.edit_engines_text(text, "llama.cpp", unnumbered)
     bump.check_edit(text, edited, "llama.cpp", unnumbered)
@@ -412,10 +423,17 @@ def test_pypi_news_names_a_newer_sdist_and_says_when_it_could_not_check() -> Non
         }
         news = bump.pypi_news(ik, base)
         assert news.checked and news.newest == "0.1.10" and news.newer == ("0.1.6", "0.1.10")
-        assert "ik-llama-cpp-python 0.1.10 (uploaded 2026-10-20), newer than 0.1.5" in news.line
+        assert (
+            "ik-llama-cpp-python 0.1.10 (uploaded 2026-10-20) is on PyPI, newer than 0.1.5"
+            in news.line
+        )
         _Index.releases = {"0.1.5": _sdist("2026-09-16")}
         news = bump.pypi_news(ik, base)
-        assert news.checked and news.newest is None and "no ik-llama-cpp-python newer" in news.line
+        assert (
+            news.checked
+            and news.newest is None
+            and "no ik-llama-cpp-python newer than 0.1.5" in news.line
+        )
     finally:
         server.shutdown()
     news = bump.pypi_news(ik, "http://127.0.0.1:9", timeout=2)

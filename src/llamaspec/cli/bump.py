@@ -9,6 +9,7 @@ step asked for passed; the report under reports/ is written either way.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -98,9 +99,12 @@ def run(args: argparse.Namespace, console: Console) -> None:
         out.reason = f"the patch queue does not hold at {plan.new.short}: " + "; ".join(problems)
     elif args.build:
         out.built = True
-        failed = _prove(plan, args, console, out)
-        if failed:
-            out.reason = failed
+        out.reason = _prove(plan, args, console, out)
+        if out.dialect and out.dialect != plan.candidate.dialect:
+            say(f"bump: the candidate speaks the {out.dialect!r} dialect (was {engine.dialect!r})")
+            plan = replace(
+                plan, candidate=plan.candidate.model_copy(update={"dialect": out.dialect})
+            )
     say(f"pypi: {out.pypi.line}")
     if out.reason:
         out.status = "refused"
@@ -176,6 +180,7 @@ def _print_plan(plan: bump.Plan, console: Console) -> None:
 def _prove(plan: bump.Plan, args: argparse.Namespace, console: Console, out: bump.Outcome) -> str:
     """Build, smoke and verify the candidate; the first failure, as one line ("" if none)."""
     from llamaspec.engine.pipeline import BuildSpec, run_build
+    from llamaspec.models.dialects import probe_dialect, server_help
     from llamaspec.paths import project_root
     from llamaspec.proof.smoke import smoke_artifact
 
@@ -194,7 +199,8 @@ def _prove(plan: bump.Plan, args: argparse.Namespace, console: Console, out: bum
         try:
             if name == "build":
                 artifact = run_build(spec, console, root, engine=plan.candidate)
-                detail = f"artifact {artifact.id}"
+                out.dialect = probe_dialect(plan.engine.name, server_help(artifact.server))
+                detail = f"artifact {artifact.id} (its --help speaks {out.dialect!r})"
             elif name == "smoke":
                 report = smoke_artifact(artifact, console, root)
                 detail = (

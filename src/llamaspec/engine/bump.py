@@ -545,12 +545,12 @@ def pypi_news(engine: Engine, base: str | None = None, timeout: float = 10.0) ->
             continue
         newer.append((key, version, str(sdist[0].get("upload_time", ""))[:10]))
     if not newer:
-        return PypiNews(True, f"PyPI has no {pkg} newer than {have} (the mirror of the old pin)")
+        return PypiNews(True, f"no {pkg} newer than {have} (the mirror of the old pin) on PyPI")
     newer.sort()
     _, newest, uploaded = newer[-1]
     return PypiNews(
         True,
-        f"PyPI has {pkg} {newest} (uploaded {uploaded}), newer than {have}: it may vendor a "
+        f"{pkg} {newest} (uploaded {uploaded}) is on PyPI, newer than {have}: it may vendor a "
         f"newer {engine.name} commit. If it vendors the new pin, record it as the pin's `pypi` "
         "mirror in engines.yaml (version, sha256, subdir): CI and machines without GitHub need "
         "it",
@@ -587,6 +587,7 @@ class Outcome:
     pypi: PypiNews | None = None
     other_files: list[str] = field(default_factory=list)
     defects: list[str] = field(default_factory=list)
+    dialect: str | None = None  # probed from the built candidate's --help
 
 
 def to_json(p: Plan, out: Outcome) -> dict:
@@ -622,6 +623,7 @@ def to_json(p: Plan, out: Outcome) -> dict:
         "pypi": asdict(out.pypi) if out.pypi else None,
         "other_files_naming_old_pin": out.other_files,
         "defects_at_old_pin": out.defects,
+        "dialect": {"old": p.engine.dialect, "new": out.dialect},
         "outcome": out.status,
         "reason": out.reason or None,
         "changed": out.changed,
@@ -685,12 +687,23 @@ def markdown(p: Plan, out: Outcome) -> str:
             f"- {s['step']}: {'passed' if s['passed'] else 'FAILED'} — {_cell(s['detail'])}"
         )
     lines += ["", "## Also", ""]
+    old_dialect = p.engine.dialect
+    if out.dialect is None:
+        lines.append(
+            f"- Dialect: not probed (not built); engines.yaml keeps `{old_dialect}`, the old "
+            "pin's. The candidate's --help decides it: a --build probes it and records it."
+        )
+    elif out.dialect != old_dialect:
+        lines.append(f"- Dialect: `{out.dialect}` (the candidate's --help), was `{old_dialect}`.")
+    else:
+        lines.append(f"- Dialect: `{out.dialect}` (the candidate's --help), unchanged.")
     if out.pypi:
         lines.append(f"- PyPI: {out.pypi.line}.")
     if p.engine.pypi is not None:
         lines.append(
             f"- engines.yaml's PyPI mirror ({p.engine.pypi.package}=={p.engine.pypi.version}) "
-            "vendors the old pin, so the bump drops it from the engine's entry."
+            "vendors the old pin, so moving the pin drops it from the engine's entry: until a "
+            "newer sdist is recorded there, the new pin builds from git or a local clone only."
         )
     if out.defects:
         lines.append(
@@ -759,8 +772,8 @@ def _significant(line: str) -> bool:
 
 
 def edit_engines_text(text: str, name: str, new: Engine) -> str:
-    """engines.yaml with `name`'s pin, tag, pin_date and build_number set to `new`'s, and its
-    `pypi` block removed when `new` has none; every other line is left as it was."""
+    """engines.yaml with `name`'s pin, tag, pin_date, build_number and dialect set to `new`'s,
+    and its `pypi` block removed when `new` has none; every other line is left as it was."""
     lines = text.splitlines(keepends=True)
     start = next(
         (
@@ -785,6 +798,7 @@ def edit_engines_text(text: str, name: str, new: Engine) -> str:
         "tag": new.tag,
         "pin_date": new.pin_date,
         "build_number": new.build_number,
+        "dialect": new.dialect,
     }
     has_number = any(ln.startswith(f"{' ' * child}build_number:") for ln in block)
     out: list[str] = []
