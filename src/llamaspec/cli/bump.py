@@ -202,6 +202,7 @@ def _prove(plan: bump.Plan, args: argparse.Namespace, console: Console, out: bum
                 out.dialect = probe_dialect(plan.engine.name, server_help(artifact.server))
                 detail = f"artifact {artifact.id} (its --help speaks {out.dialect!r})"
             elif name == "smoke":
+                _speaks(artifact, out.dialect)  # a second, before the models are prepared
                 report = smoke_artifact(artifact, console, root)
                 detail = (
                     f"drafts accepted {report.accepted}/{report.drafted}; the F32 reference's "
@@ -214,6 +215,17 @@ def _prove(plan: bump.Plan, args: argparse.Namespace, console: Console, out: bum
             return f"the {name} of {plan.new.short} failed: {exc.message}"
         out.steps.append({"step": name, "passed": True, "detail": detail})
     return ""
+
+
+def _speaks(artifact, dialect: str | None) -> None:
+    """The binary's --help must take the draft flags its dialect renders (what the smoke
+    checks first, once the models are ready; a binary that fails it fails the smoke)."""
+    from llamaspec.models import dialects
+
+    settings = dialects.SpecSettings("draft", Path("draft.gguf"), n_max=8, p_min=0.0)
+    argv = dialects.spec_args(dialect or "upstream", settings)
+    help_text = dialects.server_help(artifact.server)
+    dialects.check_help(argv, help_text, str(artifact.server))
 
 
 def _verify(artifact, console: Console, root: Path) -> str:
