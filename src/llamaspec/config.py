@@ -169,6 +169,7 @@ class Defect(Frozen):
     engine: str
     pins: tuple[FullSha, ...] = Field(min_length=1)
     symptom: Literal["short-output", "corrupt-output", "crash", "parallel-divergence"]
+    targets: Literal["all", "hybrid"] = "all"  # which targets show it
     summary: str
     upstream_issue: Upstream | None = None
     fixed_by: str = ""  # a catalog patch id, or an upstream PR/commit when not in the catalog

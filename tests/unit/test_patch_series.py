@@ -289,3 +289,17 @@ def test_ik_hybrid_defect_names_the_series_and_stops_with_it_applied() -> None:
     assert "--patch ik-spec-checkpoints" in d.describe()
     manifest["patches"] = [{"id": i, "status": "applied"} for i in SERIES]
     assert "ik-hybrid-speculation-corrupts" not in [d.id for d in defects_for(manifest)]
+
+
+def test_verify_runs_the_hybrid_model_by_default_only_without_the_hybrid_defect() -> None:
+    from types import SimpleNamespace
+
+    from llamaspec.cli.verify import default_models
+
+    def art(patched: list[str], engine: str = "ik_llama.cpp") -> SimpleNamespace:
+        applied = [{"id": i, "status": "applied"} for i in patched]
+        return SimpleNamespace(manifest={"engine": engine, "commit": IK_PIN, "patches": applied})
+
+    assert default_models(art([])) == ["embedded"]  # known to corrupt: --model hybrid shows it
+    assert default_models(art(SERIES)) == ["embedded", "hybrid"]
+    assert default_models(art([], engine="llama.cpp")) == ["embedded", "hybrid"]

@@ -22,7 +22,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         choices=["embedded", "hybrid"],
         action="append",
         default=[],
-        help="built-in models (default: embedded, and hybrid on llama.cpp builds)",
+        help="built-in models (default: embedded, and hybrid where the build has no catalogued "
+        "hybrid defect)",
     )
     v.add_argument(
         "--tier",
@@ -102,11 +103,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             console,
         )
     else:
-        which = args.model or (
-            ["embedded", "hybrid"]
-            if artifact.manifest.get("engine") == "llama.cpp"
-            else ["embedded"]
-        )
+        which = args.model or default_models(artifact)
         tiers = ["strict", "oracle"] if args.tier == "both" else [args.tier]
         outcome = suite.builtin(
             artifact,
@@ -121,11 +118,29 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             args.prompt,
         )
     if outcome.failed:
+        from llamaspec.proof.defects import defects_for
+
+        known = " ".join(
+            f"This build has a catalogued defect: {d.describe()}."
+            for d in defects_for(artifact.manifest)
+        )
         raise LlamaspecError(
             f"verify failed: {', '.join(outcome.failed)}. The reports in {args.reports}/ show "
             "both continuations and the per-token gaps at each difference."
+            + (f" {known}" if known else "")
         )
     return True
+
+
+def default_models(artifact) -> list[str]:
+    """The embedded model, and the hybrid one unless the build is known to corrupt hybrid
+    speculation (ik_llama.cpp before its checkpoint series; `--model hybrid` still runs it)."""
+    from llamaspec.proof.defects import defects_for
+
+    if artifact.manifest.get("engine") == "llama.cpp":
+        return ["embedded", "hybrid"]
+    broken = [d for d in defects_for(artifact.manifest) if d.targets == "hybrid"]
+    return ["embedded"] if broken else ["embedded", "hybrid"]
 
 
 def _check(args: argparse.Namespace) -> None:

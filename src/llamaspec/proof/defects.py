@@ -16,6 +16,7 @@ class Defect:
     summary: str
     fixed_by: str
     issue: str
+    targets: str = "all"
 
     def describe(self) -> str:
         issue = f"; upstream {self.issue}" if self.issue else ""
@@ -39,7 +40,7 @@ def defects_for(manifest: Mapping, symptom: str | None = None) -> list[Defect]:
         if d.fixed_by in applied:
             continue
         issue = d.upstream_issue.url if d.upstream_issue else ""
-        out.append(Defect(d.id, " ".join(d.summary.split()), d.fixed_by, issue))
+        out.append(Defect(d.id, " ".join(d.summary.split()), d.fixed_by, issue, d.targets))
     return out
 
 

@@ -22,7 +22,13 @@ TOOL = "test-llama-archs"
 
 
 def hybrid_model(artifact: Artifact, console: Console, arch: str = "qwen35", seed: int = 1) -> Path:
-    """Build the tool next to the artifact's build (ccache makes it cheap) and write the model."""
+    """Build the tool next to the artifact's build (ccache makes it cheap) and write the model.
+
+    ik_llama.cpp cannot load the tool's models: it gets the `gguf`-written equivalent."""
+    if artifact.manifest.get("engine") == "ik_llama.cpp" and arch == "qwen35":
+        from llamaspec.proof.hybrid_gguf import hybrid_gguf
+
+        return hybrid_gguf(seed, console.print)
     out_dir = cache_dir() / "models" / f"{artifact.id}-{arch}-seed{seed}"
     found = sorted(out_dir.glob("*.gguf"))
     if found:

@@ -39,7 +39,7 @@ from llamaspec.proof.client import (
     tail,
     top_logprobs_at,
 )
-from llamaspec.proof.defects import known_defect
+from llamaspec.proof.defects import defects_for, known_defect
 
 __all__ = [
     "SMOKE_PROMPTS",
@@ -309,6 +309,8 @@ def smoke(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "smoke.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     print_report(report, console)
+    for d in defects_for(artifact.manifest):  # what the embedded model cannot show, too
+        console.print(f"smoke: this build has a {d.describe()}")
     if not report.passed:
         raise LlamaspecError(
             f"Smoke test failed: {_why(report)}. Report: {out_dir / 'smoke.json'}. Speculative "
