@@ -112,8 +112,34 @@ def test_plain_decoding_limit_and_the_gap_sentence() -> None:
     assert "agree" in costmodel.where_the_rest_goes(0.95)
     assert "drafting" in costmodel.where_the_rest_goes(0.6)
     assert "no speculative counters" in costmodel.where_the_rest_goes(None)
+    assert "drafts of uneven length" in costmodel.where_the_rest_goes(0.6, by_steps=True)
     m = costmodel.machine()
     assert m["cores"] >= 1 and m["cpu"] in m["description"]
+
+
+def test_a_verification_step_is_priced_from_a_fully_accepted_run() -> None:
+    # 97 tokens: the first from the prompt pass, 6 plain steps, 10 drafted steps of 8 + 1
+    delta = costmodel.SpecCounters(drafts=10, drafted=80, accepted=80, available=True)
+    timings = {"predicted_n": 97, "predicted_ms": 6 * 10.0 + 10 * 55.0}
+    assert costmodel.verify_step_ms(timings, delta, 10.0) == pytest.approx(55.0)
+    assert costmodel.verify_step_ms(timings, costmodel.SpecCounters(1, 8, 8), 10.0) is None
+    costs = costmodel.BatchCosts({1: 4.0, 9: 8.0}, decode_ms=10.0, prefix_tokens=30)
+    assert costs.step_costs() == {1: 4.0, 9: 8.0}  # prompt batches until steps are timed
+    costs.verify_ms = {9: 55.0}
+    assert costs.step_costs() == {1: 10.0, 9: 55.0} and costs.verify_ratios() == {9: 5.5}
+    assert costmodel.batch_points(20, costmodel.VERIFY_POINTS) == [2, 3, 5, 9, 17, 20]
+
+
+def test_synthetic_steps_are_rendered_only_where_the_build_has_them() -> None:
+    from llamaspec.models import dialects
+
+    help_text = "--spec-type TYPE\n--spec-ngram-mod-n-min N\n--spec-synth-rates P0,P1\n"
+    argv = dialects.synthetic_steps("upstream", help_text, 3)
+    assert argv is not None and argv[-2:] == ["--spec-synth-rates", "1,1,1"]
+    assert argv[argv.index("--spec-ngram-mod-n-min") + 1] == "3"
+    assert argv[argv.index("--spec-ngram-mod-n-max") + 1] == "3"
+    assert dialects.synthetic_steps("upstream", "--spec-type TYPE\n", 3) is None
+    assert dialects.synthetic_steps("ik-legacy", help_text, 3) is None
 
 
 # ---------------------------------------------------------------- provenance

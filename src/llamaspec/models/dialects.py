@@ -112,6 +112,7 @@ DIALECTS: Mapping[str, Dialect] = {
                 "ngram_mod_n_min": "--spec-ngram-mod-n-min",
                 "ngram_mod_n_max": "--spec-ngram-mod-n-max",
                 "ngram_mod_n_match": "--spec-ngram-mod-n-match",
+                "synth_rates": "--spec-synth-rates",
             },
             stacks=True,
         ),
@@ -362,6 +363,27 @@ def _spec(
         for t in types:
             out += [f["spec_type"], f"{d.type_names[t]}:{','.join(lengths)}"]
     return out
+
+
+# The n-gram lookup length of a synthetic timing run: short, so drafts are found often.
+SYNTH_MATCH = 4
+
+
+def synthetic_steps(dialect: str, help_text: str, drafted: int) -> list[str] | None:
+    """Speculative flags for a timing run (benchmarking only; its output is not valid):
+    n-gram drafts of exactly `drafted` tokens, every one counted as accepted. None where the
+    build has no synthetic acceptance."""
+    d = find_dialect(dialect)
+    flag = d.flags.get("synth_rates")
+    if flag is None or flag not in help_flags(help_text) or "ngram-mod" not in d.types:
+        return None
+    spec = config.SpecSettings(
+        types=("ngram-mod",),
+        ngram_mod_n_min=drafted,
+        ngram_mod_n_max=drafted,
+        ngram_mod_n_match=SYNTH_MATCH,
+    )
+    return [*_spec(d, spec, None, "a synthetic timing run", []), flag, ",".join("1" * drafted)]
 
 
 def _setting(d: Dialect, key: str, value: object, notes: list[str]) -> list[str]:

@@ -14,9 +14,10 @@ import datetime as dt
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -27,7 +28,7 @@ from llamaspec.engine.build import Artifact
 from llamaspec.models import dialects
 from llamaspec.proof import costmodel
 from llamaspec.proof.client import Server, running, server_help
-from llamaspec.proof.workloads import Workload
+from llamaspec.proof.workloads import WORKLOADS, Workload
 
 # Speculative flags: every dialect's (`dialects.SPEC_FLAGS` take one value,
 # `dialects.SPEC_SWITCHES` none), and any other `--spec-*` option with its value (the n-gram
@@ -225,9 +226,14 @@ def _spread(samples: Sequence[Sample]) -> list[float]:
 
 
 def summarize(
-    cell: Cell, costs: dict[int, float] | None, draft_cost: float, has_counters: bool
+    cell: Cell,
+    costs: Mapping[int, float] | None,
+    draft_cost: float,
+    has_counters: bool,
+    by_steps: bool = False,
 ) -> dict:
-    """Medians, spread, speedup, acceptance, and (one client at a time) the prediction."""
+    """Medians, spread, speedup, acceptance, and (one client at a time) the prediction;
+    `costs` are prompt batches, or verification steps over a plain decode (`by_steps`)."""
     plain = statistics.median(s.tokens_per_second for s in cell.plain) if cell.plain else 0.0
     spec = statistics.median(s.tokens_per_second for s in cell.spec) if cell.spec else 0.0
     c = _counters(cell.spec)
@@ -253,7 +259,7 @@ def summarize(
         "accepted_length_histogram": costmodel.accepted_length_histogram(c),
         "expected_speedup": round(expected, 3) if expected else None,
         "measured_over_expected": round(ratio, 3) if ratio else None,
-        "where_the_rest_goes": costmodel.where_the_rest_goes(ratio)
+        "where_the_rest_goes": costmodel.where_the_rest_goes(ratio, by_steps)
         if cell.concurrency == 1
         else "Several slots batch their steps together; the single-client cost model does "
         "not apply.",
@@ -288,13 +294,18 @@ def bench(
     has_ngram_only = all(t.startswith("ngram") for t in p.types)
     levels = sorted(set(concurrency))
     steps = len(levels) * repetitions * len(workloads) * 2
+    help_text = server_help(artifact.server)
+    dialect = dialects.dialect_for(artifact, lambda _m: None)
+    verify_steps = cost_model and dialects.synthetic_steps(dialect, help_text, 1) is not None
     cost_steps = len(costmodel.batch_points(p.k_max)) if cost_model else 0
+    if verify_steps:
+        cost_steps += len(costmodel.batch_points(p.k_max, costmodel.VERIFY_POINTS)) - 1
     costs: costmodel.BatchCosts | None = None
     draft_cost = 0.0
     cells = {(w.name, c): Cell(w.name, c) for c in levels for w in workloads}
     commands: dict[str, str] = {}
     has_counters = False
-    flags = dialects.help_flags(server_help(artifact.server))
+    flags = dialects.help_flags(help_text)
     started = time.monotonic()
     with progress(console) as bar:
         task = bar.add_task("bench", total=steps + cost_steps)
@@ -319,6 +330,19 @@ def bench(
                         progress=lambda: bar.advance(task),
                     )
                     draft_cost = _draft_cost(artifact, p, cost_srv, logs, has_ngram_only)
+                if verify_steps:
+                    bar.update(task, description="cost model: verification steps")
+                    base = [*cost_args, "--metrics"]
+                    start = partial(_synthetic_server, artifact, base, dialect, help_text, logs)
+                    costs.verify_ms = costmodel.measure_verify(
+                        start,
+                        WORKLOADS["copy"].turns[0],
+                        costs.decode_ms,
+                        p.k_max,
+                        progress=lambda: bar.advance(task),
+                    )
+                    synth = dialects.synthetic_steps(dialect, help_text, p.k_max - 1) or []
+                    commands["cost model, verification steps of k tokens"] = shown([*base, *synth])
             with (
                 running(artifact.server, plain_args, logs / f"plain-np{c}.log") as plain_srv,
                 running(artifact.server, spec_args, logs / f"spec-np{c}.log") as spec_srv,
@@ -332,7 +356,13 @@ def bench(
                             bar.advance(task)
                 has_counters = has_counters or costmodel.counters(spec_srv).available
     for cell in cells.values():
-        cell.summary = summarize(cell, costs.batch_ms if costs else None, draft_cost, has_counters)
+        cell.summary = summarize(
+            cell,
+            costs.step_costs() if costs else None,
+            draft_cost,
+            has_counters,
+            by_steps=bool(costs and costs.verify_ms),
+        )
     bandwidth = costmodel.memory_bandwidth() if cost_model else 0.0
     model_bytes = _model_bytes(p.target)
     report = {
@@ -358,6 +388,14 @@ def bench(
     if write_report:
         write(report, out_dir, console, stem)
     return report
+
+
+def _synthetic_server(
+    artifact: Artifact, base: list[str], dialect: str, help_text: str, logs: Path, k: int
+):
+    """A server whose every step drafts k − 1 n-gram tokens and accepts them all (timing)."""
+    synth = dialects.synthetic_steps(dialect, help_text, k - 1) or []
+    return running(artifact.server, [*base, *synth], logs / f"cost-model-verify-{k}.log")
 
 
 def _draft_cost(
@@ -453,6 +491,16 @@ def markdown(report: dict) -> str:
             f"- target batch of k tokens ÷ one (T(k)/T(1), prompt path after a cached "
             f"{cm['prefix_tokens']}-token prefix): "
             + ", ".join(f"k={k}: {v}" for k, v in cm["batch_ratio"].items()),
+            *(
+                [
+                    "- one verification step of k tokens (k − 1 drafted, all accepted, logits at "
+                    "every position) ÷ one plain decode: "
+                    + ", ".join(f"k={k}: {v}" for k, v in cm["verify_ratio"].items())
+                    + "; the prediction prices steps with these"
+                ]
+                if cm.get("verify_ratio")
+                else ["- the prediction prices steps with the prompt batches above"]
+            ),
             f"- one decoded token: {cm['decode_ms_per_token']} ms; draft cost per token ÷ "
             f"target decode: {cm['draft_cost_ratio']}",
             f"- memory bandwidth (numpy copy): {cm['memory_bandwidth_gb_s']} GB/s; target "

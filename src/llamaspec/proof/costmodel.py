@@ -10,6 +10,13 @@ plain decodes. Counting a workload's own steps, drafted and accepted tokens (the
 
 and measured ÷ expected says how much of that survived the rest of the server's work.
 The hardware's plain-decoding limit is model bytes read per token ÷ memory bandwidth.
+
+r(k) comes from two measurements. Prompt batches (`measure_batches`) compute logits for
+their last token only, while a verification step computes them for all k positions and
+samples each; on a small model with a large vocabulary that is most of the cost. Where the
+build offers synthetic acceptance (`--spec-synth-rates`, benchmarking only), the verifying
+step itself is timed (`measure_verify`): n-gram drafts of exactly k − 1 tokens, every one
+accepted, so each drafted step verifies k tokens; r(k) is then that step ÷ a plain decode.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 
 import httpx
@@ -30,6 +38,8 @@ from llamaspec.proof.client import Server
 
 # Batch sizes the target is timed at (k ≤ the largest asked for); others are interpolated.
 BATCH_POINTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 65)
+# Verification steps timed with synthetic acceptance (a server start each).
+VERIFY_POINTS = (2, 3, 5, 9, 17, 33, 65)
 
 
 def closed_form(a: float, g: int, c: float) -> float:
@@ -39,9 +49,9 @@ def closed_form(a: float, g: int, c: float) -> float:
     return (1 - a ** (g + 1)) / ((1 - a) * (g * c + 1))
 
 
-def batch_points(k_max: int) -> list[int]:
+def batch_points(k_max: int, grid: Sequence[int] = BATCH_POINTS) -> list[int]:
     """The batch sizes to time for drafts up to k_max − 1 tokens: 1 … k_max, thinned out."""
-    points = [k for k in BATCH_POINTS if k <= k_max]
+    points = [k for k in grid if k <= k_max]
     if k_max not in points:
         points.append(k_max)
     return points
@@ -159,11 +169,18 @@ def expected_speedup(
     return tokens / time_units if time_units > 0 else None
 
 
-def where_the_rest_goes(measured_over_expected: float | None) -> str:
-    """One sentence on the gap between the measured and the predicted speedup."""
+def where_the_rest_goes(measured_over_expected: float | None, by_steps: bool = False) -> str:
+    """One sentence on the gap between the measured and the predicted speedup; `by_steps`
+    when verification steps were timed (else prompt batches priced them)."""
     if measured_over_expected is None:
         return "No prediction: the server exposed no speculative counters for this run."
     if measured_over_expected >= 1.1:
+        if by_steps:
+            return (
+                "Measured beats expected: the workload's drafts vary in length, and a step is "
+                "priced at the mean draft length, while the cost of a step grows unevenly "
+                "with its length."
+            )
         return (
             "Measured beats expected: the batch costs come from prompt batches, which are "
             "timed under different thread scheduling than decode steps, and a plain decode step "
@@ -171,6 +188,12 @@ def where_the_rest_goes(measured_over_expected: float | None) -> str:
         )
     if measured_over_expected >= 0.9:
         return "Measured and expected agree within 10%."
+    if by_steps:
+        return (
+            "The rest goes to work the timed steps leave out: finding each draft in a longer "
+            "context, drafts of uneven length priced at their mean, and rejected drafts that "
+            "cost the n-gram state its next match."
+        )
     return (
         "The rest goes to work the model leaves out: finding or drafting each draft, "
         "sampling and checking every drafted position (a timed prompt batch computes logits "
@@ -180,16 +203,30 @@ def where_the_rest_goes(measured_over_expected: float | None) -> str:
 
 @dataclass
 class BatchCosts:
-    """The target's time for a batch of k new tokens (prompt path), and one decoded token."""
+    """The target's time for a batch of k new tokens (prompt path), one decoded token, and
+    (where measured) one verification step of k tokens."""
 
     batch_ms: dict[int, float]
     decode_ms: float
     prefix_tokens: int
+    verify_ms: dict[int, float] = field(default_factory=dict)
 
     def ratios(self) -> dict[int, float]:
         if 1 not in self.batch_ms:
             return {}
         return {k: round(ratio(self.batch_ms, k), 3) for k in sorted(self.batch_ms)}
+
+    def step_costs(self) -> dict[int, float]:
+        """What the prediction prices a step with: measured verification steps over a plain
+        decode where there are any, else the prompt-path batches."""
+        if self.verify_ms and self.decode_ms > 0:
+            return {1: self.decode_ms, **self.verify_ms}
+        return self.batch_ms
+
+    def verify_ratios(self) -> dict[int, float]:
+        if not self.verify_ms or self.decode_ms <= 0:
+            return {}
+        return {k: round(v / self.decode_ms, 3) for k, v in sorted(self.verify_ms.items())}
 
 
 def _post(server: Server, payload: dict) -> dict:
@@ -233,6 +270,59 @@ def measure_batches(
         progress()
     batch_ms = {n: statistics.median(v) for n, v in samples.items()}
     return BatchCosts(batch_ms, statistics.median(decode) if decode else 0.0, len(prefix))
+
+
+def verify_step_ms(timings: Mapping, delta: SpecCounters, decode_ms: float) -> float | None:
+    """One drafted step's milliseconds in a run whose drafts were all accepted.
+
+    The first token comes from the prompt pass; of the rest, steps without a draft cost a
+    plain decode each and each drafted step emitted its accepted tokens plus one."""
+    n = int(timings.get("predicted_n", 0) or 0)
+    ms = float(timings.get("predicted_ms", 0.0) or 0.0)
+    if delta.drafts < 2 or n < 2 or ms <= 0:
+        return None
+    plain_steps = max(n - 1 - delta.accepted - delta.drafts, 0.0)
+    return max(ms - plain_steps * decode_ms, 0.0) / delta.drafts
+
+
+def measure_verify(
+    start: Callable[[int], AbstractContextManager[Server]],
+    prompt: str,
+    decode_ms: float,
+    k_max: int,
+    n_predict: int = 160,
+    progress: Callable[[], None] = lambda: None,
+) -> dict[int, float]:
+    """V(k) for k in VERIFY_POINTS up to k_max: `start(k)` runs a server whose every step
+    drafts k − 1 tokens and accepts them all; the median of two runs per k."""
+    out: dict[int, float] = {}
+    for k in batch_points(k_max, VERIFY_POINTS):
+        if k < 2:
+            continue
+        with start(k) as server:
+            runs = []
+            for _ in range(2):
+                before = counters(server)
+                reply = _post(
+                    server,
+                    {
+                        "prompt": prompt,
+                        "n_predict": n_predict,
+                        "temperature": 0.0,
+                        "top_k": 1,
+                        "cache_prompt": False,
+                        "ignore_eos": True,
+                    },
+                )
+                step = verify_step_ms(
+                    reply.get("timings", {}), counters(server) - before, decode_ms
+                )
+                if step is not None:
+                    runs.append(step)
+            if runs:
+                out[k] = statistics.median(runs)
+        progress()
+    return out
 
 
 def decode_ms_per_token(server: Server, prompt: str, n_predict: int = 48) -> float:
@@ -308,6 +398,9 @@ def summary(costs: BatchCosts, draft_cost: float, bandwidth: float, model_bytes:
     return {
         "batch_ms": {str(k): round(v, 3) for k, v in sorted(costs.batch_ms.items())},
         "batch_ratio": {str(k): v for k, v in costs.ratios().items()},
+        "verify_ms": {str(k): round(v, 3) for k, v in sorted(costs.verify_ms.items())},
+        "verify_ratio": {str(k): v for k, v in costs.verify_ratios().items()},
+        "priced_by": "verification steps" if costs.verify_ms else "prompt batches",
         "decode_ms_per_token": round(costs.decode_ms, 3),
         "prefix_tokens": costs.prefix_tokens,
         "draft_cost_ratio": round(draft_cost, 4),
