@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from rich.console import Console
 
 from llamaspec.engine import build
 from llamaspec.engine import build_bench as benchbuild
+from llamaspec.engine import reproducible as repro
 
 from helpers import llamaspec
 
@@ -110,3 +112,32 @@ def test_one_line_patch_change_recompiles_little(upstream_artifact, tmp_path) ->
     assert hits["direct_cache_hit"] + hits["preprocessed_cache_hit"] > 100, out
     assert hits["cache_miss"] <= 20, out
     assert not list(tmp_path.iterdir())  # the benchmark's artifacts are gone again
+
+
+def test_binary_holds_no_build_host_path(upstream_artifact) -> None:
+    """Reproducible builds, checked cheaply on the suite's build: no path of the source tree,
+    the build directory or the cache in llama-server or its libraries (ccache's relative
+    `../../` form included), a RUNPATH of $ORIGIN only, and the manifest's fixed inputs."""
+    link = build.cache_dir() / "build" / upstream_artifact.id
+    tree = Path(build.read_cmake_cache(link / "CMakeCache.txt")["CMAKE_HOME_DIRECTORY"])
+    needles = repro.needles(tree, link, link.resolve(), build.cache_dir())
+    assert repro.scan(upstream_artifact.path, needles) == {}
+    files = repro.shipped(upstream_artifact.path)
+    assert len([f for f in files if f.startswith("lib/")]) >= 3  # a shared-library build
+    for rel, digest in files.items():
+        if digest.startswith("->"):
+            continue
+        data = (upstream_artifact.path / rel).read_bytes()
+        assert b"../../ggml/" not in data and b"../../src/" not in data, rel
+        dyn = subprocess.run(
+            ["readelf", "-d", upstream_artifact.path / rel], capture_output=True, text=True
+        ).stdout
+        for path in re.findall(r"R(?:UN)?PATH\)\s+Library r(?:un)?path: \[(.*)\]", dyn):
+            assert all(p.startswith("$ORIGIN") for p in path.split(":") if p), (rel, path)
+    m = upstream_artifact.manifest
+    assert m["reproducible"] == repro.NATIVE  # the default profile tunes for this CPU
+    assert m["files_sha256"] == files and m["binary_sha256"] == files["bin/llama-server"]
+    inputs = m["reproducible_inputs"]
+    assert inputs["source_date_epoch"] == 1790812800  # 2026-10-01, the pin_date
+    assert "-ffile-prefix-map=<source>/=" in inputs["path_maps"]
+    assert str(tree) not in json.dumps(m["defines"])

@@ -76,13 +76,17 @@ def test_runtime_config(cpu_image) -> None:
     assert "LLAMASPEC_HOST=0.0.0.0" in config["Env"] and "LLAMASPEC_PORT=8080" in config["Env"]
 
 
-def test_smoke_from_inside_the_image(cpu_image, tmp_path: Path) -> None:
+def test_smoke_from_inside_the_image(cpu_image, upstream_artifact, tmp_path: Path) -> None:
+    dist = str(upstream_artifact.path.parent)
     proc = llamaspec(
-        "docker", "smoke", "--tool", "buildah", "--reports", str(tmp_path), cpu_image["tags"][0]
+        "docker", "smoke", "--tool", "buildah", "--reports", str(tmp_path),
+        "--compare-dist", dist, cpu_image["tags"][0],
     )  # fmt: skip
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     assert "smoke: PASSED" in output and "HEALTHCHECK ok" in output
+    # the image's bytes are its manifest's, and the host build's of the same artifact id
+    assert f"files match the image's manifest; identical to the host build {dist}" in output
     report = json.loads(next(tmp_path.glob("docker-smoke-*/smoke.json")).read_text())
     assert report["passed"] and report["accepted"] > 0
     for result in report["results"]:

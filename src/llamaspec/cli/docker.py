@@ -56,6 +56,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("image", help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu")
     s.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     s.add_argument("--reports", type=Path, default=Path("reports"))
+    s.add_argument(
+        "--compare-dist",
+        type=Path,
+        help="a dist/ with the host build of the same artifact id: its files must be identical",
+    )
     pu = dsub.add_parser("push", help="push a built image's tags; print the digest to sign")
     pu.add_argument("--record", type=Path, required=True, help="JSON from `docker build --out`")
     pu.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
@@ -153,7 +158,13 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     elif cmd == "smoke":
         from llamaspec.images.smoke import smoke_image
 
-        smoke_image(tools.detect(args.tool), args.image, args.reports, console)
+        smoke_image(
+            tools.detect(args.tool),
+            args.image,
+            args.reports,
+            console,
+            compare_dist=args.compare_dist,
+        )
     elif cmd == "push":
         record = _record(args.record)
         ref = registry.push(tools.detect(args.tool), record["tags"])

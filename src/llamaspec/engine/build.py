@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from llamaspec import __version__, procs
 from llamaspec.config import Engine
 from llamaspec.engine import profiles as flags
+from llamaspec.engine import reproducible as repro
 from llamaspec.engine.patch_queue import PatchedTree
 from llamaspec.engine.sources import sha256_file
 from llamaspec.engine.toolchain import Toolchain
@@ -159,10 +160,13 @@ def build(
     variants: Sequence[str] = (),
     internal: Sequence[flags.Define] = (),
     manifest_extra: dict | None = None,
+    check_reproducible: bool = False,
 ) -> Artifact:
     """Configure and build the server, install it into dist/<id>/ (a no-op when it exists).
 
-    `internal`: defines preflight found necessary (e.g. private header dirs)."""
+    `internal`: defines preflight found necessary (e.g. private header dirs).
+    `check_reproducible`: then rebuild elsewhere without ccache and compare (see
+    check_reproducible); the manifest records the result."""
     declared = flags.tree_options(patched.path)
     defines = [
         *flags.merge(engine.name, backend, extra, declared, variants),
@@ -170,7 +174,14 @@ def build(
         *internal,
     ]
     flags.check_known(defines, declared)
-    aid = artifact_id(engine, patched, backend, defines, tools)
+    # the prefix maps name this machine's paths; the id sees them by version only
+    aid = artifact_id(
+        engine,
+        patched,
+        backend,
+        repro.with_flags(defines, repro.flag_defines(defines, [], os.environ)),
+        tools,
+    )
     out = dist / aid
     rpc_on = any(d.name == "GGML_RPC" and flags.cmake_bool(d.value) for d in defines)
     extra_targets = rpc_targets(patched.path) if rpc_on else []
@@ -182,16 +193,19 @@ def build(
             and all((out / "bin" / t).is_file() for t in extra_targets)
         ):
             console.print(f"build: {aid} is up to date at {out} (nothing to compile)")
+            if check_reproducible:
+                build_dir = build_dir_for(patched.path, aid)
+                return check_reproducible_artifact(
+                    art, engine, patched, defines, build_dir, tools, jobs, console, extra_targets
+                )
             return art
     build_dir = build_dir_for(patched.path, aid)
+    plan = _plan(engine, patched, defines, build_dir)
     t0 = time.monotonic()
-    configure(patched.path, build_dir, defines, tools, console)
+    configure(patched.path, build_dir, plan.defines, tools, console, plan.env)
     archs = read_cmake_cache(build_dir / "CMakeCache.txt").get("CMAKE_CUDA_ARCHITECTURES")
     t1 = time.monotonic()
-    stamp = {
-        d.name: d.value for d in defines if d.name in ("LLAMA_BUILD_COMMIT", "LLAMA_BUILD_NUMBER")
-    }
-    env = {**stamp, **ccache_env(patched.path)}
+    env = {**plan.env, **ccache_env(patched.path)}
     compile_target(build_dir, engine.server_target, tools, jobs, console, env, extra_targets)
     t2 = time.monotonic()
     manifest = {
@@ -204,7 +218,7 @@ def build(
         "backend": backend,
         "variants": list(variants),
         "cuda_archs": archs if backend == "cuda" else None,
-        "defines": [asdict(d) for d in defines],
+        "defines": [_recorded(d, plan) for d in plan.defines],
         **(manifest_extra or {}),
         "toolchain": {
             "cmake": tools.cmake_version,
@@ -212,10 +226,171 @@ def build(
             "compiler": tools.cxx_version,
             "ccache": bool(tools.ccache),
         },
+        "reproducible_inputs": plan.inputs,
+        "reproducible": repro.NATIVE if repro.is_native(defines) else {"checked": False},
         "build_seconds": {"configure": round(t1 - t0, 1), "compile": round(t2 - t1, 1)},
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    return install(build_dir, engine, out, manifest, console)
+    art = install(build_dir, engine, out, manifest, console, backend_dl=plan.backend_dl)
+    if check_reproducible:
+        return check_reproducible_artifact(
+            art, engine, patched, defines, build_dir, tools, jobs, console, extra_targets
+        )
+    return art
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The defines and environment of one build directory (paths differ per directory)."""
+
+    defines: list[flags.Define]
+    env: dict[str, str]
+    inputs: dict
+    backend_dl: bool
+
+
+def _plan(
+    engine: Engine, patched: PatchedTree, defines: Sequence[flags.Define], build_dir: Path
+) -> _Plan:
+    """Prefix maps for `build_dir`, SOURCE_DATE_EPOCH and the version stamp's environment."""
+    maps = repro.path_maps(patched.path, build_dir, bool(ccache_env(patched.path)))
+    final = repro.with_flags(defines, repro.flag_defines(defines, maps, os.environ))
+    epoch, epoch_from = repro.source_date_epoch(engine, patched.source.commit, patched.path)
+    # The version stamp also travels in the environment, for trees whose build-info
+    # generator runs at build time (ik_llama.cpp's common/cmake/build-info-gen-cpp.cmake).
+    stamp = {
+        d.name: d.value for d in final if d.name in ("LLAMA_BUILD_COMMIT", "LLAMA_BUILD_NUMBER")
+    }
+    inputs = {
+        "source_date_epoch": epoch,
+        "source_date_from": epoch_from,
+        "path_maps": repro.shown(maps, patched.path, build_dir),
+    }
+    dl = any(d.name == "GGML_BACKEND_DL" and flags.cmake_bool(d.value) for d in final)
+    return _Plan(final, {**stamp, "SOURCE_DATE_EPOCH": str(epoch)}, inputs, dl)
+
+
+def _recorded(d: flags.Define, plan: _Plan) -> dict:
+    """A define as the manifest records it: the prefix maps without this machine's paths."""
+    if not d.origin.endswith(repro.ORIGIN):
+        return asdict(d)
+    user = d.key.removesuffix(f"<{repro.MAPS_VERSION}>").strip() if d.key else ""
+    maps = " ".join(plan.inputs["path_maps"])
+    return {**asdict(d), "value": f"{user} {maps}".strip()}
+
+
+def check_reproducible_artifact(
+    art: Artifact,
+    engine: Engine,
+    patched: PatchedTree,
+    defines: Sequence[flags.Define],
+    build_dir: Path,
+    tools: Toolchain,
+    jobs: int | None,
+    console: Console,
+    extra_targets: Sequence[str] = (),
+) -> Artifact:
+    """Rebuild `art` from a copy of its tree at another path, in a clean build directory,
+    without ccache; compare every file it ships and scan both for build-host paths.
+
+    The result goes into the manifest (`reproducible`). A difference, or a host path in
+    either build, is an error naming the files, with the second build kept for diffoscope.
+    A GGML_NATIVE=ON build is host-specific by design and is not rebuilt."""
+    recorded = art.manifest.get("reproducible")
+    if repro.is_native(defines):
+        console.print(
+            f"reproducible: not checked: {repro.NATIVE} tunes the build for this CPU, so it is "
+            "host-specific by design; check a --variant portable build (or --define "
+            "GGML_NATIVE=OFF)."
+        )
+        return art
+    if isinstance(recorded, dict) and recorded.get("equal") and not recorded.get("host_paths"):
+        console.print(
+            f"reproducible: equal (checked {recorded.get('checked_at')}; llama-server "
+            f"sha256 {recorded.get('sha256_a')})"
+        )
+        return art
+    scratch = Path(tempfile.mkdtemp(prefix=f".repro-{art.id}-", dir=cache_dir() / "build"))
+    keep = False
+    try:
+        t0 = time.monotonic()
+        copy = scratch / "tree"
+        console.print(
+            f"reproducible: copying the tree to {copy} and building it again without ccache "
+            "(a cold build)"
+        )
+        shutil.copytree(
+            patched.path, copy, symlinks=True, ignore=shutil.ignore_patterns(BUILD_SUBDIR)
+        )
+        other = PatchedTree(patched.source, copy, patched.patches)
+        build_b = scratch / "build"
+        build_b.mkdir()
+        plan = _plan(engine, other, defines, build_b)
+        env = {**plan.env, "CCACHE_DISABLE": "1"}
+        t1 = time.monotonic()
+        configure(copy, build_b, plan.defines, tools, console, env)
+        t2 = time.monotonic()
+        compile_target(build_b, engine.server_target, tools, jobs, console, env, extra_targets)
+        t3 = time.monotonic()
+        stub = {"artifact_id": art.id, "commit": art.manifest.get("commit")}
+        out_b = install(build_b, engine, scratch / "dist" / art.id, stub, console, plan.backend_dl)
+        a, b = repro.shipped(art.path), repro.shipped(out_b.path)
+        differing = repro.compare(a, b)
+        host_b = repro.scan(out_b.path, repro.needles(copy, build_b, cache_dir()))
+        host = {
+            **repro.scan(art.path, repro.needles(patched.path, build_dir, cache_dir())),
+            **{f"second build: {k}": v for k, v in host_b.items()},
+        }
+        server = f"bin/{engine.server_target}"
+        record = {
+            "checked": True,
+            "equal": not differing,
+            "sha256_a": a.get(server),
+            "sha256_b": b.get(server),
+            "files_compared": len(a.keys() | b.keys()),
+            "differing": differing,
+            "host_paths": host,
+            "second_build": {
+                "how": "a copy of the tree at another path, a clean build directory, "
+                "CCACHE_DISABLE=1",
+                "seconds": {
+                    "copy": round(t1 - t0, 1),
+                    "configure": round(t2 - t1, 1),
+                    "compile": round(t3 - t2, 1),
+                },
+            },
+            "checked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        manifest = {**art.manifest, "reproducible": record}
+        (art.path / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        if differing or host:
+            keep = True
+            what = []
+            if differing:
+                what.append(
+                    f"{len(differing)} of {record['files_compared']} files differ "
+                    f"({', '.join(differing[:8])}{' …' if len(differing) > 8 else ''})"
+                )
+            if host:
+                what.append(
+                    "build-host paths are in "
+                    + "; ".join(f"{k}: {', '.join(v)}" for k, v in list(host.items())[:4])
+                )
+            raise LlamaspecError(
+                f"The build is not reproducible: {' and '.join(what)}. The second build is kept "
+                f"at {scratch} ({out_b.path} beside {art.path}); "
+                + repro.hint(art.path, out_b.path, differing, shutil.which("diffoscope"))
+                + ". The manifest records the result."
+            )
+        console.print(
+            f"reproducible: equal: {record['files_compared']} files, llama-server sha256 "
+            f"{record['sha256_a']} in both builds (second build without ccache: "
+            f"{round(t3 - t1)} s)"
+        )
+        return Artifact(art.id, art.path, manifest, art.reused)
+    finally:
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def build_dir_for(tree: Path, aid: str) -> Path:
@@ -264,6 +439,7 @@ def configure(
     defines: Sequence[flags.Define],
     tools: Toolchain,
     console: Console,
+    env: dict[str, str] | None = None,
 ) -> None:
     cache_file = build_dir / "CMakeCache.txt"
     if (
@@ -289,6 +465,7 @@ def configure(
     proc = procs.run(
         cmd,
         timeout=CONFIGURE_TIMEOUT_S,
+        env={**os.environ, **(env or {})},
         check=False,
         what="CMake configure",
         install_hint="Install CMake (Debian/Ubuntu: `apt-get install cmake`).",
@@ -341,8 +518,6 @@ def compile_target(
     if jobs:
         cmd += ["-j", str(jobs)]
     log_path = build_dir / "build.log"
-    # The version stamp also travels in the environment, for trees whose build-info
-    # generator runs at build time (ik_llama.cpp's common/cmake/build-info-gen-cpp.cmake).
     env = {**os.environ, **(env_extra or {}), "NINJA_STATUS": "[%f/%t] "}
     with log_path.open("w") as log, _progress(console) as bar:
         task = bar.add_task(f"build {target}", total=None)
@@ -413,9 +588,17 @@ def _progress(console: Console) -> Progress | _LineProgress:
 
 
 def install(
-    build_dir: Path, engine: Engine, out: Path, manifest: dict, console: Console
+    build_dir: Path,
+    engine: Engine,
+    out: Path,
+    manifest: dict,
+    console: Console,
+    backend_dl: bool = False,
 ) -> Artifact:
-    """Copy the server and its shared libraries into dist/<id>/ atomically, with manifest."""
+    """Copy the server and its shared libraries into dist/<id>/ atomically, with manifest.
+
+    `backend_dl` (GGML_BACKEND_DL=ON): ggml loads its backends (libggml-cpu-haswell.so, …)
+    from the executable's directory, so bin/ links to each of them in lib/."""
     bin_dir = build_dir / "bin"
     server = bin_dir / engine.server_target
     if not server.is_file():
@@ -440,6 +623,10 @@ def install(
             dest.symlink_to(os.readlink(lib))
         else:
             shutil.copy2(lib, dest)
+    if backend_dl:
+        for module in sorted(bin_dir.glob("libggml-*.so")):
+            if module.is_file() and not module.is_symlink():
+                (tmp / "bin" / module.name).symlink_to(Path("..") / "lib" / module.name)
     version = _version(tmp / "bin" / engine.server_target)
     short = manifest["commit"][:7] if manifest["commit"] else None
     if short and short not in version:
@@ -452,6 +639,7 @@ def install(
         "server_version": version,
         "binary_sha256": sha256_file(tmp / "bin" / engine.server_target),
         "files": sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()),
+        "files_sha256": repro.shipped(tmp),
     }
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if out.exists():

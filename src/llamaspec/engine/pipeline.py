@@ -40,6 +40,7 @@ class BuildSpec:
     patch_source: str | None = None
     variants: tuple[str, ...] = ()
     cuda_arch: str | None = None
+    check_reproducible: bool = False
 
 
 def run_build(
@@ -120,6 +121,7 @@ def _run_build(
         variants=resolved.variants,
         internal=checked.defines,
         manifest_extra={"preflight": checked.summary(), "user_config": resolved.config_file},
+        check_reproducible=spec.check_reproducible,
     )
     console.print(f"artifact: {artifact.id} → {artifact.path}")
     return artifact

@@ -265,11 +265,18 @@ def tree_options(tree: Path) -> set[str]:
 def check_unused(
     output: str, defines: Iterable[Define], known: Iterable[str], cache: Mapping[str, str]
 ) -> None:
-    """Raise when CMake ignored any define, naming the closest real option and its origin."""
-    unused = unused_defines(output)
+    """Raise when CMake ignored any define, naming the closest real option and its origin.
+
+    llamaspec's own defines are not typos: a tree may ignore them (e.g. CMAKE_C_FLAGS, which
+    carries the reproducible-build flags, in a C++-only project)."""
+    by_name = {d.name: d for d in defines}
+    unused = [
+        n
+        for n in unused_defines(output)
+        if not (n in by_name and by_name[n].origin.startswith("llamaspec"))
+    ]
     if not unused:
         return
-    by_name = {d.name: d for d in defines}
     choices = sorted({*known, *cache})
     lines = []
     for name in unused:

@@ -46,6 +46,8 @@ class BuiltImage:
             "tags": list(self.tags),
             "labels": dict(self.labels),
             "artifact_id": self.manifest["artifact_id"],
+            "binary_sha256": self.manifest.get("binary_sha256"),
+            "reproducible": self.manifest.get("reproducible"),
             "tool": self.tool,
             "seconds": dict(self.seconds),
         }

@@ -1,6 +1,7 @@
 """Smoke-testing an image: the same smoke test as a local build, run against the image's own
 llama-server (through a shim), plus the image's HEALTHCHECK against a running and a stopped
-server, and its labels against the manifest inside it."""
+server, its labels against the manifest inside it, and its files' bytes against that
+manifest's sha256s (and, when asked, against a host build of the same artifact id)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from llamaspec.engine.build import Artifact
+from llamaspec.engine import reproducible as repro
+from llamaspec.engine.build import Artifact, load_artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import specs as images
 from llamaspec.images.tools import ContainerTool, attempt
 
-MANIFEST = "/opt/llamaspec/manifest.json"
+ROOT = "/opt/llamaspec"
+MANIFEST = f"{ROOT}/manifest.json"
 HEALTHCHECK_S = 60
 
 
@@ -51,6 +54,61 @@ def labels_match_manifest(labels: Mapping[str, str], manifest: Mapping, ref: str
         )
 
 
+# For each name: `sha256  name`, or `->target  name` for a symbolic link.
+_HASH_FILES = (
+    'cd "$0" && for f in "$@"; do if [ -L "$f" ]; then '
+    'printf \'%s  %s\\n\' "->$(readlink "$f")" "$f"; else sha256sum "$f"; fi; done'
+)
+
+
+def image_files(tool: ContainerTool, ctr: str, names: list[str]) -> dict[str, str]:
+    """sha256 (or `->target` for links) of files under /opt/llamaspec inside the image."""
+    proc = attempt(tool.run_argv(ctr, ["sh", "-c", _HASH_FILES, ROOT, *names]), HEALTHCHECK_S)
+    out = {}
+    for line in proc.stdout.splitlines():
+        value, sep, name = line.partition("  ")
+        if sep:
+            out[name] = value
+    return out
+
+
+def check_files(
+    tool: ContainerTool, ctr: str, manifest: Mapping, ref: str, compare_dist: Path | None
+) -> dict:
+    """The image's bin/ and lib/ must hold the bytes its manifest names; with `compare_dist`,
+    also the bytes of the host artifact with the same id there (a second build of the same
+    inputs: see README "Reproducible builds")."""
+    want = manifest.get("files_sha256")
+    if not want:
+        if compare_dist:
+            raise LlamaspecError(
+                f"{ref}: its manifest records no files_sha256 (built by an older llamaspec), so "
+                "there is nothing to compare with --compare-dist; rebuild the image."
+            )
+        return {"checked": False}
+    got = image_files(tool, ctr, sorted(want))
+    wrong = repro.compare(want, got)
+    if wrong:
+        raise LlamaspecError(
+            f"{ref}: {', '.join(wrong)} in {ROOT} do not match the sha256 the image's own "
+            "manifest records; the image was changed after it was built. Rebuild or re-pull it."
+        )
+    out: dict = {"checked": True, "files": len(want)}
+    if compare_dist:
+        host = load_artifact(compare_dist, manifest["artifact_id"])
+        theirs = host.manifest.get("files_sha256") or repro.shipped(host.path)
+        differ = repro.compare(theirs, got)
+        out["host"] = {"artifact": str(host.path), "equal": not differ, "differing": differ}
+        if differ:
+            raise LlamaspecError(
+                f"{ref} holds other bytes than the host build {host.path} of the same artifact "
+                f"id: {', '.join(differ)} differ. Both builds should be identical (same inputs, "
+                "same toolchain); compare the two manifests' toolchain entries, and see README "
+                '"Reproducible builds".'
+            )
+    return out
+
+
 def healthcheck(tool: ContainerTool, ctr: str, port: int) -> bool:
     """Whether the image's HEALTHCHECK script calls the server on `port` healthy."""
     argv = ["env", f"LLAMASPEC_PORT={port}", "/opt/llamaspec/bin/healthcheck.sh"]
@@ -58,9 +116,16 @@ def healthcheck(tool: ContainerTool, ctr: str, port: int) -> bool:
 
 
 def smoke_image(
-    tool: ContainerTool, ref: str, reports: Path, console: Console, root: Path | None = None
+    tool: ContainerTool,
+    ref: str,
+    reports: Path,
+    console: Console,
+    root: Path | None = None,
+    compare_dist: Path | None = None,
 ):
-    """The smoke test, run against the image's own llama-server, plus its HEALTHCHECK."""
+    """The smoke test, run against the image's own llama-server, plus its HEALTHCHECK.
+
+    `compare_dist`: a dist/ holding the host build of the same artifact id to compare with."""
     from llamaspec.models.dialects import dialect_for
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
     from llamaspec.proof.client import running
@@ -78,6 +143,13 @@ def smoke_image(
     ):
         manifest = json.loads(tool.read_file(ctr, MANIFEST))
         labels_match_manifest(labels, manifest, ref)
+        files = check_files(tool, ctr, manifest, ref, compare_dist)
+        if files["checked"]:
+            host = files.get("host")
+            console.print(
+                f"docker-smoke: {files['files']} files match the image's manifest"
+                + (f"; identical to the host build {host['artifact']}" if host else "")
+            )
         # without a GPU, ggml-vulkan uses a CPU device (lavapipe) only when asked to
         env = {"GGML_VK_VISIBLE_DEVICES": "0"} if manifest["backend"] == "vulkan" else None
         server = server_shim(tool, ctr, model.parent, Path(tmp), env)
