@@ -300,6 +300,7 @@ def test_offload_options_follow_one_rule_in_every_dialect(dialect: str) -> None:
     engine = "ik_llama.cpp" if dialect.startswith("ik") else "llama.cpp"
     extra = ("-sm", "layer", "-mg", "0", "-ts", "3,1", "-dev", "CUDA0", "--override-tensor=x=CPU")
     for recipe in config.load_recipes(ROOT).values():
+        recipe = recipe.for_engine(engine)  # an engine's own `extra` replaces the recipe's
         recipe = recipe.model_copy(
             update={
                 "server": recipe.server.model_copy(update={"extra": recipe.server.extra + extra})
