@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -292,3 +293,15 @@ def test_supported_types_come_from_the_dialect_and_help() -> None:
     up = tune.supported_types("upstream", "--spec-type none,draft-simple,ngram-mod,ngram-simple\n")
     assert up == {"draft", "ngram-mod", "ngram-simple"}
     assert "ngram-map-k" in tune.supported_types("upstream", "no list here")
+
+
+def test_the_report_says_what_priced_the_steps() -> None:
+    from llamaspec.proof import bench
+
+    report = json.loads(
+        (ROOT / "reports" / "bench-gemma3-270m-ngram-llamacpp-cpu-2a65556682b3.json").read_text()
+    )
+    assert "the prediction prices steps with the prompt batches above" in bench.markdown(report)
+    report["cost_model"]["verify_ratio"] = {"2": 1.3, "9": 3.1}
+    md = bench.markdown(report)
+    assert "÷ one plain decode: k=2: 1.3, k=9: 3.1; the prediction prices steps" in md

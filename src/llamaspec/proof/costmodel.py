@@ -294,7 +294,8 @@ def measure_verify(
     progress: Callable[[], None] = lambda: None,
 ) -> dict[int, float]:
     """V(k) for k in VERIFY_POINTS up to k_max: `start(k)` runs a server whose every step
-    drafts k − 1 tokens and accepts them all; the median of two runs per k."""
+    drafts k − 1 tokens and accepts them all; the median of two runs per k, each long
+    enough for several drafted steps."""
     out: dict[int, float] = {}
     for k in batch_points(k_max, VERIFY_POINTS):
         if k < 2:
@@ -307,7 +308,7 @@ def measure_verify(
                     server,
                     {
                         "prompt": prompt,
-                        "n_predict": n_predict,
+                        "n_predict": max(n_predict, 4 * k),
                         "temperature": 0.0,
                         "top_k": 1,
                         "cache_prompt": False,
