@@ -27,6 +27,10 @@ def test_ik_builds_from_the_sdist_and_passes_smoke(ik_build) -> None:
         if s["case"]["kind"] == "known-defect":
             assert "ik-spec-short-output" in s["case"]["defect"]
             assert "known defect ik-spec-short-output" in output
+    # the smoke names what its embedded model cannot show: the hybrid defect, and its fix
+    flat = " ".join(output.split())
+    assert "this build has a known defect ik-hybrid-speculation-corrupts" in flat
+    assert "build with --patch ik-spec-checkpoints" in flat
     assert artifact.manifest["commit"] == "55d3c05bf7b377deaa5dc84d255d9740a345a206"
     statuses = {p["id"]: p["status"] for p in artifact.manifest["patches"]}
     assert statuses == {"ik-spec-port": "in-base", "ik-build-info": "applied"}
@@ -65,3 +69,28 @@ def test_ik_verify_strict_draft_sequential(ik_build, tmp_path) -> None:
     assert report["tier"] == "strict" and draft["accepted"] > 0 and draft["failed"] == 0
     kinds = [c["kind"] for c in draft["cases"]]
     assert len(kinds) == 2 and set(kinds) <= {"identical", "known-defect"}, draft["cases"]
+
+
+def test_ik_hybrid_speculation_at_the_pin_is_the_catalogued_defect(ik_build, tmp_path) -> None:
+    """The "before" state of the ik-spec-checkpoints series: at 55d3c05 (CI builds it
+    without the series, which needs ik's history) speculation on the random Qwen3.5-style
+    hybrid model changes the output, and verify names the defect and the patch that fixes
+    it. The "after" state is verified by hand against a mirror (README, ik_llama.cpp)."""
+    artifact, _ = ik_build
+    statuses = {p["id"]: p["status"] for p in artifact.manifest["patches"]}
+    assert "ik-spec-checkpoints" not in statuses
+    # the draft model has other weights: nearly every draft is rejected, and each rejected
+    # draft leaves the recurrent state advanced at this pin
+    proc = verify_cli(
+        artifact, tmp_path, "--model", "hybrid", "--tier", "strict", "--method", "draft",
+        "--mode", "sequential", "--prompt", "short", "--prompt", "code",
+    )  # fmt: skip
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out
+    report = json.loads((tmp_path / f"verify-{artifact.id}-hybrid.json").read_text())
+    assert report["tier"] == "strict" and not report["passed"]
+    (draft,) = report["methods"]
+    assert [c["kind"] for c in draft["cases"]] == ["different", "different"], draft["cases"]
+    assert draft["drafted"] > draft["accepted"]
+    assert "known defect ik-hybrid-speculation-corrupts" in out
+    assert "build with --patch ik-spec-checkpoints" in out and "issues/1639" in out

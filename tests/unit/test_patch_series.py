@@ -22,7 +22,7 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 IK_PIN = "55d3c05bf7b377deaa5dc84d255d9740a345a206"
 SERIES = ["ik-hybrid-spec-guard", "ik-delta-net-sync", "ik-spec-checkpoints"]
-SERIES += ["ik-spec-checkpoints-adapt"]
+SERIES += ["ik-spec-checkpoints-adapt", "ik-spec-checkpoints-fixes"]
 quiet = lambda _m: None  # noqa: E731
 
 
@@ -262,7 +262,7 @@ def test_ik_checkpoint_series_is_full_shas_landed_dates_and_requires() -> None:
 def test_ik_adapting_patch_rewrites_exactly_the_files_left_out() -> None:
     cat = catalog()
     adapt = cat["ik-spec-checkpoints-adapt"]
-    assert adapt.adapts == "ik-spec-checkpoints"
+    assert adapt.adapts == "ik-spec-checkpoints" and adapt.title.startswith("ik #1669")
     text = patches.patch_file(adapt, ROOT).read_text()
     touched = sorted(set(patches._OUTSIDE.findall(text)) - {"/dev/null"})
     assert touched == sorted(cat["ik-spec-checkpoints"].source.exclude)
@@ -289,6 +289,10 @@ def test_ik_hybrid_defect_names_the_series_and_stops_with_it_applied() -> None:
     assert "--patch ik-spec-checkpoints" in d.describe()
     manifest["patches"] = [{"id": i, "status": "applied"} for i in SERIES]
     assert "ik-hybrid-speculation-corrupts" not in [d.id for d in defects_for(manifest)]
+    (short,) = [d for d in defects_for(manifest) if d.id == "ik-spec-short-output"]
+    assert "build with --patch ik-spec-full-output" in short.describe()
+    manifest["patches"].append({"id": "ik-spec-full-output", "status": "applied"})
+    assert [d.id for d in defects_for(manifest)] == ["ik-hybrid-parallel-slots"]
 
 
 def test_verify_runs_the_hybrid_model_by_default_only_without_the_hybrid_defect() -> None:
@@ -301,5 +305,9 @@ def test_verify_runs_the_hybrid_model_by_default_only_without_the_hybrid_defect(
         return SimpleNamespace(manifest={"engine": engine, "commit": IK_PIN, "patches": applied})
 
     assert default_models(art([])) == ["embedded"]  # known to corrupt: --model hybrid shows it
-    assert default_models(art(SERIES)) == ["embedded", "hybrid"]
+    # the series fixes the corruption; parallel slots still diverge at this pin, without it too
+    assert default_models(art(SERIES)) == ["embedded"]
+    later = art(SERIES)
+    later.manifest["commit"] = "d" * 40
+    assert default_models(later) == ["embedded", "hybrid"]
     assert default_models(art([], engine="llama.cpp")) == ["embedded", "hybrid"]
