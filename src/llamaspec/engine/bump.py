@@ -307,19 +307,6 @@ def effective_lock(
     return out
 
 
-def judge_all(
-    series: Sequence[PatchEntry],
-    tree: SourceTree,
-    engine: Engine,
-    lock: dict,
-    root: Path,
-    patch_source: str | None,
-    say: Say,
-) -> list[patches.Judgement]:
-    """The queue's own judgement of every catalog entry of `engine` on `tree`."""
-    return patches.judge_series(series, tree, engine, lock, root, patch_source, say)
-
-
 # --- the plan ------------------------------------------------------------------------------
 
 
@@ -430,8 +417,8 @@ def plan(
     series = config.load_series(root)
     entries = [e for e in series if e.engine == engine.name]
     lock = effective_lock(entries, engine, lockfile.load(root), patch_source, say)
-    before = judge_all(series, old_tree, engine, lock, root, patch_source, say)
-    after = judge_all(series, new_tree, candidate, lock, root, patch_source, say)
+    before = patches.judge_series(series, old_tree, engine, lock, root, patch_source, say)
+    after = patches.judge_series(series, new_tree, candidate, lock, root, patch_source, say)
     rows = tuple(
         Row(
             e.id,
