@@ -305,3 +305,21 @@ def test_the_report_says_what_priced_the_steps() -> None:
     report["cost_model"]["verify_ratio"] = {"2": 1.3, "9": 3.1}
     md = bench.markdown(report)
     assert "÷ one plain decode: k=2: 1.3, k=9: 3.1; the prediction prices steps" in md
+
+
+def test_a_verification_point_whose_server_fails_is_left_out() -> None:
+    from contextlib import contextmanager
+
+    from llamaspec.errors import LlamaspecError
+
+    tried = []
+
+    @contextmanager
+    def refuses(k: int):
+        tried.append(k)
+        raise LlamaspecError(f"llama-server died at k = {k}")
+        yield  # pragma: no cover
+
+    ticks = []
+    got = costmodel.measure_verify(refuses, "p", 10.0, 9, progress=lambda: ticks.append(1))
+    assert got == {} and tried == [2, 3, 5, 9] and len(ticks) == 4

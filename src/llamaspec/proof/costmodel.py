@@ -29,11 +29,12 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from dataclasses import asdict, dataclass, field
 
 import httpx
 
+from llamaspec.errors import LlamaspecError
 from llamaspec.proof.client import Server
 
 # Batch sizes the target is timed at (k ≤ the largest asked for); others are interpolated.
@@ -295,35 +296,44 @@ def measure_verify(
 ) -> dict[int, float]:
     """V(k) for k in VERIFY_POINTS up to k_max: `start(k)` runs a server whose every step
     drafts k − 1 tokens and accepts them all; the median of two runs per k, each long
-    enough for several drafted steps."""
+    enough for several drafted steps. A k whose server does not start is left out (the
+    prediction interpolates between the others)."""
     out: dict[int, float] = {}
     for k in batch_points(k_max, VERIFY_POINTS):
         if k < 2:
             continue
-        with start(k) as server:
-            runs = []
-            for _ in range(2):
-                before = counters(server)
-                reply = _post(
-                    server,
-                    {
-                        "prompt": prompt,
-                        "n_predict": max(n_predict, 4 * k),
-                        "temperature": 0.0,
-                        "top_k": 1,
-                        "cache_prompt": False,
-                        "ignore_eos": True,
-                    },
-                )
-                step = verify_step_ms(
-                    reply.get("timings", {}), counters(server) - before, decode_ms
-                )
-                if step is not None:
-                    runs.append(step)
-            if runs:
-                out[k] = statistics.median(runs)
+        with suppress(LlamaspecError):
+            out.update(_verify_at(start, k, prompt, decode_ms, n_predict))
         progress()
     return out
+
+
+def _verify_at(
+    start: Callable[[int], AbstractContextManager[Server]],
+    k: int,
+    prompt: str,
+    decode_ms: float,
+    n_predict: int,
+) -> dict[int, float]:
+    with start(k) as server:
+        runs = []
+        for _ in range(2):
+            before = counters(server)
+            reply = _post(
+                server,
+                {
+                    "prompt": prompt,
+                    "n_predict": max(n_predict, 4 * k),
+                    "temperature": 0.0,
+                    "top_k": 1,
+                    "cache_prompt": False,
+                    "ignore_eos": True,
+                },
+            )
+            step = verify_step_ms(reply.get("timings", {}), counters(server) - before, decode_ms)
+            if step is not None:
+                runs.append(step)
+    return {k: statistics.median(runs)} if runs else {}
 
 
 def decode_ms_per_token(server: Server, prompt: str, n_predict: int = 48) -> float:
