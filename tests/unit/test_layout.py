@@ -90,3 +90,12 @@ def test_no_module_reaches_into_another_modules_private_names() -> None:
             ):
                 wrong.append(f"{path.name}:{node.lineno}: {node.value.id}.{node.attr}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest's default import mode needs one basename per test module across tests/."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, Path] = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        other = seen.setdefault(path.name, path)
+        assert other == path, f"{path} and {other} share a basename; rename one"
