@@ -110,6 +110,13 @@ def bench_build(session: nox.Session) -> None:
     session.run("llamaspec", "bench-build", *session.posargs)
 
 
+@nox.session(name="bench-reproducible")
+def bench_reproducible(session: nox.Session) -> None:
+    """Two clean builds of a portable artifact, without and with llamaspec's flags → reports/."""
+    _install(session)
+    session.run("llamaspec", "bench-reproducible", *session.posargs)
+
+
 @nox.session(name="docker-build")
 def docker_build(session: nox.Session) -> None:
     """Build an image: `nox -s docker-build -- --engine E --backend B` (buildx, else buildah)."""

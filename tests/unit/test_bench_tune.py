@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from llamaspec import config
+from llamaspec.engine import toolchain
 from llamaspec.errors import LlamaspecError
 from llamaspec.proof import costmodel, tune, workloads
 
@@ -114,7 +115,7 @@ def test_plain_decoding_limit_and_the_gap_sentence() -> None:
     assert "drafting" in costmodel.where_the_rest_goes(0.6)
     assert "no speculative counters" in costmodel.where_the_rest_goes(None)
     assert "drafts of uneven length" in costmodel.where_the_rest_goes(0.6, by_steps=True)
-    m = costmodel.machine()
+    m = toolchain.machine()
     assert m["cores"] >= 1 and m["cpu"] in m["description"]
 
 

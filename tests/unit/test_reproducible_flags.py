@@ -286,3 +286,82 @@ def test_a_tree_may_ignore_llamaspecs_own_flags_but_not_the_users() -> None:
     users = repro.flag_defines([flags.parse_define("CMAKE_C_FLAGS=-O1", "--define")], [], {})
     with pytest.raises(LlamaspecError, match=r"CMAKE_C_FLAGS \(from --define \+ llamaspec"):
         flags.check_unused(out, users, [], {})
+
+
+def _manifest(native: str = "OFF") -> dict:
+    maps = repro.flag_defines([], ["-ffile-prefix-map=/t/="], {"CXXFLAGS": "-O2 -g"})
+    return {
+        "defines": [
+            {"name": "CMAKE_BUILD_TYPE", "value": "Release", "origin": "profile", "key": None},
+            {"name": "GGML_NATIVE", "value": native, "origin": "variant portable", "key": None},
+            *({**vars(d)} for d in maps),
+        ]
+    }
+
+
+def test_the_baseline_drops_llamaspecs_flags_but_keeps_the_users() -> None:
+    from llamaspec.engine.repro_bench import baseline_defines
+
+    assert baseline_defines(_manifest()) == [
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DGGML_NATIVE=OFF",
+        "-DCMAKE_CXX_FLAGS=-O2 -g",  # the user's $CXXFLAGS, without the prefix map
+    ]
+
+
+def test_the_reproducibility_bench_refuses_a_native_build(tmp_path: Path) -> None:
+    from llamaspec.engine.build import Artifact
+    from llamaspec.engine.repro_bench import bench_reproducible
+
+    art = Artifact("llamacpp-cpu-0123456789ab", tmp_path, _manifest("ON"), False)
+    with pytest.raises(LlamaspecError, match="host-specific by design.*--variant portable"):
+        bench_reproducible(art, tmp_path / "reports", Console())
+    assert not (tmp_path / "reports").exists()
+
+
+def test_the_reproducibility_report_explains_each_baseline_difference() -> None:
+    from llamaspec.engine.repro_bench import markdown
+
+    same, a, b = "5" * 64, "a" * 64, "b" * 64
+    report = {
+        "artifact_id": "llamacpp-cpu-0123456789ab",
+        "engine": "llama.cpp",
+        "commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+        "variants": ["portable"],
+        "toolchain": {"compiler": "c++ 12.2.0", "cmake": "3.25.1"},
+        "machine": {"description": "Some CPU, 2 cores; no GPU"},
+        "date": "2026-11-23T09:00:00+00:00",
+        "equal": True,
+        "baseline": {
+            "how": "plain cmake",
+            "seconds": [350.0, 352.5],
+            "files_compared": 2,
+            "differing": ["lib/libggml-base.so"],
+            "sha256": {"bin/llama-server": [same, same], "lib/libggml-base.so": [a, b]},
+            "host_paths": {"A": {"lib/libggml-base.so": ["/x/tree"]}, "B": {}},
+            "explained": {"lib/libggml-base.so": "build-host paths in its bytes"},
+        },
+        "llamaspec": {
+            "seconds_total": 700.0,
+            "inputs": {
+                "source_date_epoch": 1,
+                "source_date_from": "pin_date",
+                "path_maps": ["-ffile-prefix-map=<source>/="],
+            },
+            "record": {
+                "equal": True,
+                "sha256_a": same,
+                "sha256_b": same,
+                "files_compared": 2,
+                "differing": [],
+                "host_paths": {},
+            },
+            "files_sha256": {"bin/llama-server": same},
+        },
+    }
+    md = markdown(report)
+    assert "**Verdict: equal.**" in md and f"`{same}` and `{same}`" in md
+    assert "1 of 2 files differ" in md
+    assert "| `lib/libggml-base.so` | `aaaaaaaaaaaaaaaa…` | `bbbbbbbbbbbbbbbb…` | build-host " in md
+    assert "(1 distinct paths)" in md and "| `bin/llama-server` | `5555" in md
+    assert "`-ffile-prefix-map=<source>/=`" in md

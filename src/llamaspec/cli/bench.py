@@ -1,5 +1,5 @@
-"""`llamaspec bench`, `llamaspec tune` and `llamaspec bench-build`: what speculation and
-builds cost here, and which speculative settings are fastest."""
+"""`llamaspec bench`, `tune`, `bench-build` and `bench-reproducible`: what speculation and
+builds cost here, which speculative settings are fastest, and whether clean builds agree."""
 
 from __future__ import annotations
 
@@ -86,12 +86,29 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     bb = sub.add_parser("bench-build", help="cold build time: llamaspec vs plain cmake")
     shared.add_artifact_args(bb)
     bb.add_argument("--reports", type=Path, default=Path("reports"))
+    br = sub.add_parser(
+        "bench-reproducible",
+        help="two clean builds of a portable artifact, without and with llamaspec's "
+        "reproducible-build flags, compared file by file",
+    )
+    shared.add_artifact_args(br)
+    br.add_argument("--reports", type=Path, default=Path("reports"))
+    br.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the two plain-cmake builds without llamaspec's flags",
+    )
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command not in ("bench", "bench-build", "tune"):
+    if args.command not in ("bench", "bench-build", "bench-reproducible", "tune"):
         return False
     artifact = shared.load_artifact(args)
+    if args.command == "bench-reproducible":
+        from llamaspec.engine.repro_bench import bench_reproducible
+
+        bench_reproducible(artifact, args.reports, console, plain=not args.no_baseline)
+        return True
     if args.command == "bench-build":
         from llamaspec.engine.build_bench import bench_build
 

@@ -127,13 +127,44 @@ def _run(cmd: list[str], env: dict[str, str]) -> float:
     return time.monotonic() - t0
 
 
+def artifact_tree(artifact: Artifact) -> Path:
+    """The source tree `artifact` was built from (its cached build directory names it)."""
+    cache_file = cache_dir() / "build" / artifact.id / "CMakeCache.txt"
+    if not cache_file.is_file():
+        raise LlamaspecError(
+            f"Build {artifact.id} here first (`llamaspec build` with the same options): its "
+            "build tree is not in this machine's llamaspec cache."
+        )
+    return Path(build_stage.read_cmake_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
+
+
+def rebuild_command(manifest: dict, dist: Path) -> list[str]:
+    """`llamaspec build` of the same engine, pin, source, backend and variants into `dist`."""
+    src = manifest["source"]["origin"]
+    return [
+        sys.executable,
+        "-m",
+        "llamaspec.cli",
+        "build",
+        "--engine",
+        manifest["engine"],
+        "--pin",
+        manifest["commit"],
+        "--source",
+        {"pypi-sdist": "pypi"}.get(src, src),
+        "--dist",
+        str(dist),
+        "--no-smoke",
+        "--backend",
+        manifest["backend"],
+        *(a for v in manifest.get("variants", []) for a in ("--variant", v)),
+    ]
+
+
 def bench_build(artifact: Artifact, dist: Path, reports: Path, console: Console) -> dict:
     """Time a cold plain-cmake build and a cold llamaspec build of the same artifact."""
     m = artifact.manifest
-    cache_file = cache_dir() / "build" / artifact.id / "CMakeCache.txt"
-    if not cache_file.is_file():
-        raise LlamaspecError(f"Build {artifact.id} here first; its build tree is not cached.")
-    tree = Path(build_stage.read_cmake_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
+    tree = artifact_tree(artifact)
     tools = detect()
     env = {**os.environ, "CCACHE_DISABLE": "1"}
     defines = [f"-D{d['name']}={d['value']}" for d in m["defines"]]
@@ -148,25 +179,7 @@ def bench_build(artifact: Artifact, dist: Path, reports: Path, console: Console)
     shutil.rmtree(link.resolve())
     link.unlink(missing_ok=True)
     shutil.rmtree(artifact.path)
-    src = m["source"]["origin"]
-    cmd = [
-        sys.executable,
-        "-m",
-        "llamaspec.cli",
-        "build",
-        "--engine",
-        m["engine"],
-        "--pin",
-        m["commit"],
-        "--source",
-        {"pypi-sdist": "pypi"}.get(src, src),
-        "--dist",
-        str(dist),
-        "--no-smoke",
-        "--backend",
-        m["backend"],
-        *(a for v in m.get("variants", []) for a in ("--variant", v)),
-    ]
+    cmd = rebuild_command(m, dist)
     ls_s = _run(cmd, env)
     noop_s = _run(cmd, env)
     one_line = patch_rebuild(tree, cmd, dist, m["engine"], console)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import platform
+import re
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 from llamaspec import procs
 from llamaspec.errors import LlamaspecError
@@ -60,3 +63,31 @@ def detect() -> Toolchain:
         cxx_version=_first_line([cxx, "--version"]),
         ccache=shutil.which("ccache"),
     )
+
+
+def machine() -> dict:
+    """CPU model and core count (/proc/cpuinfo), and the GPUs nvidia-smi reports."""
+    cpu, cores = platform.processor() or platform.machine(), os.cpu_count() or 0
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+        names = re.findall(r"^model name\s*:\s*(.+)$", text, re.M)
+        cpu = names[0].strip() if names else cpu
+        cores = len(re.findall(r"^processor\s*:", text, re.M)) or cores
+    except OSError:
+        pass
+    gpus: list[str] = []
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        query = [smi, "--query-gpu=name,driver_version", "--format=csv,noheader"]
+        try:
+            out = procs.run(query, timeout=20, check=False, what="nvidia-smi")
+        except LlamaspecError:
+            out = None
+        if out is not None and out.returncode == 0:
+            gpus = [
+                ", driver ".join(p.strip() for p in ln.split(","))
+                for ln in out.stdout.splitlines()
+                if ln.strip()
+            ]
+    desc = f"{cpu}, {cores} cores" + (f"; GPU: {'; '.join(gpus)}" if gpus else "; no GPU")
+    return {"cpu": cpu, "cores": cores, "gpus": gpus, "description": desc}

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from llamaspec.engine import toolchain
 from llamaspec.engine.build import Artifact
 from llamaspec.models import dialects
 from llamaspec.proof import costmodel
@@ -371,7 +372,7 @@ def bench(
         "engine": artifact.manifest.get("engine"),
         "commit": artifact.manifest.get("commit"),
         "backend": artifact.manifest.get("backend"),
-        "machine": costmodel.machine(),
+        "machine": toolchain.machine(),
         "date": dt.date.today().isoformat(),
         "types": list(p.types),
         "spec_args": [shown([a])[len("llama-server ") :] for a in p.spec_args],

@@ -22,11 +22,8 @@ accepted, so each drafted step verifies k tokens; r(k) is then that step ÷ a pl
 from __future__ import annotations
 
 import bisect
-import os
-import platform
 import re
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
@@ -372,37 +369,6 @@ def memory_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
 def decode_limit(model_bytes: int, bandwidth: float) -> float:
     """Tokens/s if every weight is read once per token at `bandwidth` bytes/s."""
     return bandwidth / model_bytes if model_bytes > 0 else 0.0
-
-
-def machine() -> dict:
-    """CPU model and core count (/proc/cpuinfo), and the GPUs nvidia-smi reports."""
-    cpu, cores = platform.processor() or platform.machine(), os.cpu_count() or 0
-    try:
-        text = open("/proc/cpuinfo", encoding="utf-8").read()  # noqa: SIM115
-        names = re.findall(r"^model name\s*:\s*(.+)$", text, re.M)
-        cpu = names[0].strip() if names else cpu
-        cores = len(re.findall(r"^processor\s*:", text, re.M)) or cores
-    except OSError:
-        pass
-    gpus: list[str] = []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-        if out.returncode == 0:
-            gpus = [
-                ", driver ".join(p.strip() for p in ln.split(","))
-                for ln in out.stdout.splitlines()
-                if ln.strip()
-            ]
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    desc = f"{cpu}, {cores} cores" + (f"; GPU: {'; '.join(gpus)}" if gpus else "; no GPU")
-    return {"cpu": cpu, "cores": cores, "gpus": gpus, "description": desc}
 
 
 def summary(costs: BatchCosts, draft_cost: float, bandwidth: float, model_bytes: int) -> dict:

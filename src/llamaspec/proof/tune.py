@@ -29,11 +29,12 @@ from rich.console import Console
 
 from llamaspec import config
 from llamaspec import lock as lockfile
+from llamaspec.engine import toolchain
 from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError, did_you_mean
 from llamaspec.models import catalog, dialects, recipes
 from llamaspec.paths import project_root
-from llamaspec.proof import bench, costmodel, workloads
+from llamaspec.proof import bench, workloads
 from llamaspec.proof.client import Server, running
 
 # Knob values swept per spec type, in the order tried (defaults first).
@@ -538,7 +539,7 @@ def _report(
         "artifact_id": artifact.id,
         "engine": artifact.manifest.get("engine"),
         "commit": artifact.manifest.get("commit"),
-        "machine": costmodel.machine(),
+        "machine": toolchain.machine(),
         "date": dt.date.today().isoformat(),
         "workloads": [w.name for w in mix],
         "plain_tps": {k: round(v, 2) for k, v in state.baseline.items() if not k.startswith("_")},
@@ -620,7 +621,7 @@ def write_recipe(
         data["server"].pop("extra", None)
         data["engines"] = {engine: {"extra": list(tuned.server.extra)}}
     data["measured"] = {
-        "hardware": costmodel.machine()["description"],
+        "hardware": toolchain.machine()["description"],
         "engine": f"{engine} {str(m.get('commit') or 'local')[:12]} ({m.get('backend', 'cpu')})",
         "artifact": artifact.id,
         "date": dt.date.today().isoformat(),
