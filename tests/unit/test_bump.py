@@ -19,7 +19,7 @@ import yaml
 
 from llamaspec import config
 from llamaspec.cli.main import main, make_parser
-from llamaspec.engine import bump
+from llamaspec.engine import bump, pin_edit
 from llamaspec.errors import LlamaspecError
 
 from gitrepos import make_engine, run_git
@@ -334,8 +334,8 @@ def test_engines_yaml_edit_touches_only_the_bumped_entry() -> None:
         update={"pin": "1" * 39 + "a", "tag": "main@2026-08-15", "pin_date": date(2026, 8, 15)}
     )
     new = new.model_copy(update={"pypi": None})
-    edited = bump.edit_engines_text(text, "ik_llama.cpp", new)
-    bump.check_edit(text, edited, "ik_llama.cpp", new)
+    edited = pin_edit.edit_engines_text(text, "ik_llama.cpp", new)
+    pin_edit.check_edit(text, edited, "ik_llama.cpp", new)
     diff = list(difflib.ndiff(text.splitlines(), edited.splitlines()))
     gone = [ln[2:] for ln in diff if ln.startswith("- ")]
     assert [ln[2:] for ln in diff if ln.startswith("+ ")] == [
@@ -364,26 +364,26 @@ def test_engines_yaml_edit_touches_only_the_bumped_entry() -> None:
             "dialect": "upstream-legacy",
         }
     )
-    edited = bump.edit_engines_text(text, "llama.cpp", moved)
-    bump.check_edit(text, edited, "llama.cpp", moved)
+    edited = pin_edit.edit_engines_text(text, "llama.cpp", moved)
+    pin_edit.check_edit(text, edited, "llama.cpp", moved)
     assert "    build_number: 11400\n" in edited and "    tag: b11400\n" in edited
     assert "    dialect: upstream-legacy\n" in edited
     numbered = new.model_copy(update={"build_number": 42})  # a line is added where none was
-    edited = bump.edit_engines_text(text, "ik_llama.cpp", numbered)
-    bump.check_edit(text, edited, "ik_llama.cpp", numbered)
+    edited = pin_edit.edit_engines_text(text, "ik_llama.cpp", numbered)
+    pin_edit.check_edit(text, edited, "ik_llama.cpp", numbered)
     assert "    pin_date: 2026-08-15\n    build_number: 42\n" in edited
     unnumbered = moved.model_copy(update={"build_number": None, "tag": "main@2026-10-02"})
-    edited = bump.edit_engines_text(text, "llama.cpp", unnumbered)
-    bump.check_edit(text, edited, "llama.cpp", unnumbered)
+    edited = pin_edit.edit_engines_text(text, "llama.cpp", unnumbered)
+    pin_edit.check_edit(text, edited, "llama.cpp", unnumbered)
     assert "build_number" not in edited
 
 
 def test_lock_edit_changes_one_line() -> None:
     text = (ROOT / "llamaspec.lock").read_text()
     engines = config.load_engines(ROOT)
-    edited = bump.edit_lock_text(text, "ik_llama.cpp", "3" * 40)
+    edited = pin_edit.edit_lock_text(text, "ik_llama.cpp", "3" * 40)
     assert edited == text.replace(engines["ik_llama.cpp"].pin, "3" * 40)
-    assert bump.edit_lock_text("engines: {}\n", "ik_llama.cpp", "3" * 40) is None
+    assert pin_edit.edit_lock_text("engines: {}\n", "ik_llama.cpp", "3" * 40) is None
 
 
 class _Index(BaseHTTPRequestHandler):

@@ -1,9 +1,10 @@
 """`llamaspec bump`: move an engine's pin forward, re-judging the patch queue on the way.
 
-The plan (resolve, fetch, judge) is the engine stage's (engine/bump.py); with --build the
-candidate is built by the pipeline, smoke-tested and checked by verify's fast check here,
-where both stages may be imported. engines.yaml and llamaspec.lock change only when every
-step asked for passed; the report under reports/ is written either way.
+The plan (resolve, fetch, judge) is the engine stage's (engine/bump.py), as are the report
+(engine/bump_report.py) and the pin edit (engine/pin_edit.py); with --build the candidate is
+built by the pipeline, smoke-tested and checked by verify's fast check here, where both stages
+may be imported. engines.yaml and llamaspec.lock change only when every step asked for
+passed; the report under reports/ is written either way.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from llamaspec.errors import LlamaspecError, choose
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from llamaspec.engine import bump
+    from llamaspec.engine import bump, bump_report
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +71,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
 
 def run(args: argparse.Namespace, console: Console) -> None:
     from llamaspec import config
-    from llamaspec.engine import bump
+    from llamaspec.engine import bump, bump_report, pin_edit
     from llamaspec.paths import project_root
 
     root = project_root()
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace, console: Console) -> None:
         say(f"bump: {engine.name} is already at {engine.pin[:12]} ({plan.how}); nothing to do")
         return
     _print_plan(plan, console)
-    out = bump.Outcome(
+    out = bump_report.Outcome(
         pypi=bump.pypi_news(engine),
         other_files=bump.files_naming(root, engine.pin),
         defects=bump.defects_at(root, engine.name, engine.pin),
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace, console: Console) -> None:
         out.status = "updated"
         out.changed = ["engines.yaml", "llamaspec.lock"]
     reports = args.reports or root / "reports"
-    md, js = bump.write_report(reports, plan, out)
+    md, js = bump_report.write_report(reports, plan, out)
     say(f"bump: report {_shown(md)} (and {js.name})")
     if out.status == "refused":
         raise LlamaspecError(
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace, console: Console) -> None:
     if out.status == "dry-run":
         say("bump: dry run: engines.yaml and llamaspec.lock are unchanged")
         return
-    changed = bump.apply(root, plan)
+    changed = pin_edit.apply(root, plan)
     dropped = " (its PyPI mirror, of the old pin, dropped)" if engine.pypi else ""
     say(
         f"bump: {engine.name} pinned at {plan.new.commit} ({plan.new.tag}, {plan.new.date})"
@@ -177,7 +178,9 @@ def _print_plan(plan: bump.Plan, console: Console) -> None:
         console.print(f"bump: {label}: {', '.join(plan.ids(key)) or 'none'}")
 
 
-def _prove(plan: bump.Plan, args: argparse.Namespace, console: Console, out: bump.Outcome) -> str:
+def _prove(
+    plan: bump.Plan, args: argparse.Namespace, console: Console, out: bump_report.Outcome
+) -> str:
     """Build, smoke and verify the candidate; the first failure, as one line ("" if none)."""
     from llamaspec.engine.pipeline import BuildSpec, run_build
     from llamaspec.models.dialects import probe_dialect, server_help

@@ -2,24 +2,20 @@
 
 `plan` resolves the candidate commit (`latest` or a SHA, from a local mirror or the remote),
 fetches the trees at the current pin and at the candidate, and judges every catalog patch of
-the engine at both with the queue's own judge (patch_queue.judge). `write_report` records
-what changed; `apply` edits engines.yaml (pin, tag, pin_date, build_number; the PyPI mirror
-of the old commit is dropped) and llamaspec.lock (the engine's pin line), each atomically and
-as text, so comments and layout stay. Building, smoking and verifying the candidate belong to
-the proof stage; the CLI runs them between `plan` and `apply` when asked.
+the engine at both with the queue's own judge (patch_queue.judge). `pypi_news`, `files_naming`
+and `defects_at` gather what else the report should tell. The report is bump_report's; the
+edit of engines.yaml and llamaspec.lock is pin_edit's. Building, smoking and verifying the
+candidate belong to the proof stage; the CLI runs them between `plan` and `apply` when asked.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 from llamaspec import config
 from llamaspec import lock as lockfile
@@ -559,330 +555,16 @@ def defects_at(root: Path, engine: str, pin: str) -> list[str]:
     return [d.id for d in config.load_defects(root) if d.engine == engine and pin in d.pins]
 
 
-# --- the report ------------------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    """What happened after the plan: the build/smoke/verify steps and the final word."""
-
-    built: bool = False
-    steps: list[dict] = field(default_factory=list)  # {"step", "passed", "detail"}
-    status: str = "refused"  # updated | dry-run | refused
-    reason: str = ""
-    changed: list[str] = field(default_factory=list)
-    pypi: PypiNews | None = None
-    other_files: list[str] = field(default_factory=list)
-    defects: list[str] = field(default_factory=list)
-    dialect: str | None = None  # probed from the built candidate's --help
-
-
-def to_json(p: Plan, out: Outcome) -> dict:
-    def pin(x: Pin) -> dict:
-        return {**asdict(x), "date": x.date.isoformat()}
-
-    return {
-        "engine": p.engine.name,
-        "old": pin(p.old),
-        "new": pin(p.new),
-        "resolved": p.how,
-        "direction": p.direction,
-        "commits_between": p.commits_between,
-        "counted_by": p.counted_by or None,
-        "patches": [
-            {
-                "id": r.id,
-                "pr": r.pr,
-                "state": r.state,
-                "default": r.default,
-                "before": asdict(r.before),
-                "after": asdict(r.after),
-                "change": r.change or None,
-                "blocking": r.blocking or None,
-            }
-            for r in p.rows
-        ],
-        "went_in_base": p.ids("went in-base"),
-        "now_conflict": p.ids("now conflicts"),
-        "newly_apply": p.ids("newly applies"),
-        "built": out.built,
-        "steps": out.steps,
-        "pypi": asdict(out.pypi) if out.pypi else None,
-        "other_files_naming_old_pin": out.other_files,
-        "defects_at_old_pin": out.defects,
-        "dialect": {"old": p.engine.dialect, "new": out.dialect},
-        "outcome": out.status,
-        "reason": out.reason or None,
-        "changed": out.changed,
-    }
-
-
-def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
-
-
-def markdown(p: Plan, out: Outcome) -> str:
-    o, n = p.old, p.new
-    word = {"updated": "updated", "dry-run": "dry run", "refused": "REFUSED"}[out.status]
-    lines = [
-        f"# Bump {p.engine.name}: {o.short} → {n.short} ({word})",
-        "",
-        "| | commit | date | tag |",
-        "|---|---|---|---|",
-        f"| current pin | `{o.commit}` | {o.date} | {o.tag} |",
-        f"| candidate | `{n.commit}` | {n.date} | {n.tag} |",
-        "",
-        f"- Resolved: {p.how}.",
-    ]
-    if p.commits_between is not None:
-        by = f" (from the {p.counted_by})" if p.counted_by != "history" else ""
-        lines.append(f"- Commits between: {p.commits_between}{by}.")
-    else:
-        lines.append(
-            "- Commits between: unknown (no history here; pass --source-dir with a clone)."
-        )
-    if p.direction != "forward":
-        lines.append(f"- Direction: {p.direction} (allowed with --allow-downgrade).")
-    lines += [
-        "",
-        "## Patch queue",
-        "",
-        f"| patch | PR | default | at {o.short} | at {n.short} | change |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in p.rows:
-        change = r.change or "–"
-        if r.blocking:
-            change += f" — **blocks the bump**: {r.blocking}"
-        lines.append(
-            f"| `{r.id}` | {r.pr} | {'on' if r.default else 'off'} | {r.before.status}: "
-            f"{_cell(r.before.note)} | {r.after.status}: {_cell(r.after.note)} | {change} |"
-        )
-    lines += [""]
-    for label, key in (
-        ("Went in-base", "went in-base"),
-        ("Now conflict", "now conflicts"),
-        ("Newly apply", "newly applies"),
-    ):
-        ids = p.ids(key)
-        lines.append(f"- {label}: {', '.join(f'`{i}`' for i in ids) if ids else 'none'}.")
-    lines += ["", "## Build, smoke, verify", ""]
-    if not out.built and not out.steps:
-        lines.append("Not built (pass --build).")
-    for s in out.steps:
-        lines.append(
-            f"- {s['step']}: {'passed' if s['passed'] else 'FAILED'} — {_cell(s['detail'])}"
-        )
-    lines += ["", "## Also", ""]
-    old_dialect = p.engine.dialect
-    if out.dialect is None:
-        lines.append(
-            f"- Dialect: not probed (not built); engines.yaml keeps `{old_dialect}`, the old "
-            "pin's. The candidate's --help decides it: a --build probes it and records it."
-        )
-    elif out.dialect != old_dialect:
-        lines.append(f"- Dialect: `{out.dialect}` (the candidate's --help), was `{old_dialect}`.")
-    else:
-        lines.append(f"- Dialect: `{out.dialect}` (the candidate's --help), unchanged.")
-    if out.pypi:
-        lines.append(f"- PyPI: {out.pypi.line}.")
-    if p.engine.pypi is not None:
-        lines.append(
-            f"- engines.yaml's PyPI mirror ({p.engine.pypi.package}=={p.engine.pypi.version}) "
-            "vendors the old pin, so moving the pin drops it from the engine's entry: until a "
-            "newer sdist is recorded there, the new pin builds from git or a local clone only."
-        )
-    if out.defects:
-        lines.append(
-            f"- Known defects recorded at the old pin: {', '.join(out.defects)}. Re-check them "
-            "at the new pin (the --build smoke and verify do) and add the new pin to their "
-            "`pins` in patches/series.yaml where they persist."
-        )
-    if out.other_files:
-        lines.append(
-            f"- Other files that name the old pin (review them in the same change): "
-            f"{', '.join(out.other_files)}."
-        )
-    lines += ["", "## Outcome", ""]
-    if out.status == "updated":
-        lines.append(f"Updated {' and '.join(out.changed)}.")
-    elif out.status == "dry-run":
-        lines.append("Dry run: no file but this report was changed.")
-    else:
-        lines.append(f"Refused: {out.reason}. No file but this report was changed.")
-    return "\n".join(lines) + "\n"
-
-
-def report_paths(reports: Path, p: Plan) -> tuple[Path, Path]:
-    """reports/bump-<engine>-<short sha>.md and .json."""
-    stem = f"bump-{p.engine.name}-{p.new.short}"
-    return reports / f"{stem}.md", reports / f"{stem}.json"
-
-
-def write_report(reports: Path, p: Plan, out: Outcome) -> tuple[Path, Path]:
-    reports.mkdir(parents=True, exist_ok=True)
-    md, js = report_paths(reports, p)
-    _write_atomic(js, json.dumps(to_json(p, out), indent=2) + "\n")
-    _write_atomic(md, markdown(p, out))
-    return md, js
-
-
-# --- the edit --------------------------------------------------------------------------------
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    if path.exists():
-        os.chmod(tmp, path.stat().st_mode & 0o777)
-    os.replace(tmp, path)
-
-
-def _scalar(value: object) -> str:
-    """A YAML scalar for engines.yaml: plain where YAML reads it back as the same text."""
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    text = str(value)
-    if isinstance(value, int):
-        return text
-    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@+/-]*", text) and yaml.safe_load(text) == text:
-        return text
-    return json.dumps(text)
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
-
-
-def _significant(line: str) -> bool:
-    return bool(line.strip()) and not line.lstrip().startswith("#")
-
-
-def edit_engines_text(text: str, name: str, new: Engine) -> str:
-    """engines.yaml with `name`'s pin, tag, pin_date, build_number and dialect set to `new`'s,
-    and its `pypi` block removed when `new` has none; every other line is left as it was."""
-    lines = text.splitlines(keepends=True)
-    start = next(
-        (
-            i
-            for i, ln in enumerate(lines)
-            if re.match(rf"^\s+['\"]?{re.escape(name)}['\"]?:\s*(#.*)?$", ln)
-        ),
-        None,
-    )
-    if start is None:
-        raise LlamaspecError(f"engines.yaml has no entry for {name}; nothing to bump.")
-    own = _indent(lines[start])
-    end = start + 1
-    while end < len(lines) and (not _significant(lines[end]) or _indent(lines[end]) > own):
-        end += 1
-    while end > start + 1 and not _significant(lines[end - 1]):
-        end -= 1  # trailing blank lines and comments belong to what follows
-    block = lines[start + 1 : end]
-    child = min((_indent(ln) for ln in block if _significant(ln)), default=own + 2)
-    values = {
-        "pin": new.pin,
-        "tag": new.tag,
-        "pin_date": new.pin_date,
-        "build_number": new.build_number,
-        "dialect": new.dialect,
-    }
-    has_number = any(ln.startswith(f"{' ' * child}build_number:") for ln in block)
-    out: list[str] = []
-    skip_deeper = False
-    for ln in block:
-        if skip_deeper:
-            if not _significant(ln) or _indent(ln) > child:
-                continue
-            skip_deeper = False
-        m = re.match(rf"^( {{{child}}})([A-Za-z_]+):([ \t]*)([^#\n]*?)([ \t]*#[^\n]*)?(\n?)$", ln)
-        key = m.group(2) if m else None
-        if key == "pypi" and new.pypi is None:
-            skip_deeper = True
-            continue
-        if m and key in values:
-            value = values.pop(key)
-            if value is None:
-                continue
-            gap, comment = m.group(3) or " ", m.group(5) or ""
-            ln = f"{m.group(1)}{key}:{gap}{_scalar(value)}{comment}{m.group(6)}"
-        out.append(ln)
-        if key == "pin_date" and values.get("build_number") is not None and not has_number:
-            number = values.pop("build_number")
-            out.append(f"{' ' * child}build_number: {number}\n")
-    missing = {k: v for k, v in values.items() if v is not None}
-    if missing:
-        raise LlamaspecError(
-            f"engines.yaml's {name} entry has no {', '.join(missing)} line to update; add it by "
-            "hand (see the other engine's entry) and run again."
-        )
-    return "".join([*lines[: start + 1], *out, *lines[end:]])
-
-
-def edit_lock_text(text: str, name: str, pin: str) -> str | None:
-    """llamaspec.lock with `name`'s engine pin line set to `pin` (None: no such line)."""
-    pattern = re.compile(rf"^(\s+['\"]?{re.escape(name)}['\"]?:[ \t]*)[0-9a-f]{{40}}[ \t]*$", re.M)
-    section = re.search(r"^engines:[^\n]*\n((?:[ \t]+[^\n]*\n?|\n)*)", text, re.M)
-    if section is None:
-        return None
-    body = section.group(1)
-    edited, n = pattern.subn(lambda m: m.group(1) + pin, body, count=1)
-    if n != 1:
-        return None
-    return text[: section.start(1)] + edited + text[section.end(1) :]
-
-
-def check_edit(before: str, after: str, name: str, new: Engine) -> None:
-    """The edited engines.yaml parses, says what `new` says, and no other engine moved."""
-    old_data = config.load_yaml_text(before, "engines.yaml")
-    new_data = config.load_yaml_text(after, "engines.yaml (as bump would write it)")
-    assert isinstance(old_data, dict) and isinstance(new_data, dict)
-    mine = {"name": name, **new_data["engines"][name]}
-    parsed = config.parse(Engine, mine, "engines.yaml (as bump would write it)")
-    want = new.model_dump()
-    if parsed.model_dump() != want:
-        raise LlamaspecError(
-            f"Editing engines.yaml for {name} gave {parsed.model_dump()} instead of {want}; "
-            "nothing was written. Update the entry by hand."
-        )
-    others_before = {k: v for k, v in old_data["engines"].items() if k != name}
-    others_after = {k: v for k, v in new_data["engines"].items() if k != name}
-    if others_before != others_after:
-        raise LlamaspecError("Editing engines.yaml would change another engine; nothing written.")
-
-
-def apply(root: Path, p: Plan) -> list[str]:
-    """Write engines.yaml and llamaspec.lock for the candidate; both are prepared first."""
-    engines_path = root / "engines.yaml"
-    before = engines_path.read_text(encoding="utf-8")
-    after = edit_engines_text(before, p.engine.name, p.candidate)
-    check_edit(before, after, p.engine.name, p.candidate)
-    lock_path = root / lockfile.LOCK
-    lock_text = lock_path.read_text(encoding="utf-8") if lock_path.is_file() else ""
-    new_lock = edit_lock_text(lock_text, p.engine.name, p.new.commit)
-    _write_atomic(engines_path, after)
-    if new_lock is not None:
-        _write_atomic(lock_path, new_lock)
-    else:  # no pin line to edit: the lock is rewritten from its data
-        data = lockfile.load(root)
-        data["engines"] = {**data["engines"], p.engine.name: p.new.commit}
-        lockfile.save(root, data)
-    return ["engines.yaml", lockfile.LOCK]
-
-
 __all__ = [
-    "Outcome",
+    "Pin",
     "Plan",
     "PypiNews",
     "Row",
-    "apply",
+    "check_to",
     "clone_hint",
     "defects_at",
-    "edit_engines_text",
-    "edit_lock_text",
     "files_naming",
     "plan",
     "pypi_news",
     "resolve",
-    "write_report",
 ]
