@@ -139,3 +139,23 @@ def test_prompts_can_be_narrowed_by_name() -> None:
     assert verify.choose_prompts([]) == verify.VERIFY_PROMPTS
     with pytest.raises(LlamaspecError, match="Did you mean 'prose'"):
         verify.choose_prompts(["prse"])
+
+
+def test_tune_checks_candidates_on_the_reference_copy_where_one_can_be_made(
+    tmp_path: Path,
+) -> None:
+    from rich.console import Console
+
+    from llamaspec.proof import tune
+
+    src = tmp_path / "tiny-q8_0.gguf"
+    _small_quantized(src)
+    console = Console(record=True, width=200)
+    path, what = tune.check_model(src, console)
+    assert path != src and reference.is_f32(path)
+    assert what.startswith("the F32 reference copy of tiny-q8_0.gguf (sha256 ")
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    path, what = tune.check_model(bad, console)
+    assert path == bad and what == "x.gguf itself (no F32 reference copy)"
+    assert "checking candidates on x.gguf itself" in console.export_text()

@@ -352,6 +352,24 @@ def _verdict(r: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- the run
 
 
+def check_model(target: Path, console: Console) -> tuple[Path, str]:
+    """The model candidates are checked on: the target's F32 reference copy where one can be
+    made (there speculation must be token-identical, so a failure is a real one), else the
+    target itself (quantized, where a near-tie can fail a sound candidate)."""
+    from llamaspec.engine.sources import sha256_file
+    from llamaspec.proof import reference
+
+    try:
+        ref = reference.reference_copy(target, sha256_file(target), console.print)
+    except LlamaspecError as exc:
+        console.print(
+            f"tune: checking candidates on {target.name} itself, not an F32 reference copy: "
+            f"{str(exc).split('. ')[0]}."
+        )
+        return target, f"{target.name} itself (no F32 reference copy)"
+    return ref.path, f"the F32 reference copy of {target.name} (sha256 {ref.sha256[:16]}…)"
+
+
 def _fast_check(
     artifact: Artifact, dialect: str, model: Path, spec_argv: list[str], console: Console
 ):
@@ -405,8 +423,14 @@ def tune(
     if max_candidates:
         cands = cands[:max_candidates]
     stem = f"tune-{recipe.name}-{artifact.id}"
+    checked_on, checked_what = check_model(target, console)
     key = json.dumps(
-        {"recipe": recipe.name, "artifact": artifact.id, "mix": [w.name for w in mix]},
+        {
+            "recipe": recipe.name,
+            "artifact": artifact.id,
+            "mix": [w.name for w in mix],
+            "checked_on": checked_what,
+        },
         sort_keys=True,
     )
     state = State.load(reports / f"{stem}.state.json", key, fresh)
@@ -452,6 +476,7 @@ def tune(
                     engine,
                     c,
                     target,
+                    checked_on,
                     draft,
                     dialect,
                     help_text,
@@ -464,7 +489,7 @@ def tune(
                 state.save()
                 bar.advance(task)
     winner = best(state.done)
-    report = _report(artifact, recipe, mix, state, cands, winner)
+    report = {**_report(artifact, recipe, mix, state, cands, winner), "checked_on": checked_what}
     md = _write_report(report, reports, stem)
     report["report_path"] = str(md)
     if winner is None:
@@ -487,6 +512,7 @@ def _measure(
     engine: str,
     c: Candidate,
     target: Path,
+    checked_on: Path,
     draft: Path | None,
     dialect: str,
     help_text: str,
@@ -505,7 +531,7 @@ def _measure(
     except LlamaspecError as exc:
         return {**result, "passed": False, "score": 0.0, "detail": f"not rendered: {exc}"}
     result["spec_args"] = [bench.shown([a])[len("llama-server ") :] for a in p.spec_args]
-    check = _fast_check(artifact, dialect, target, list(p.spec_args), console)
+    check = _fast_check(artifact, dialect, checked_on, list(p.spec_args), console)
     result["check"] = str(getattr(check, "detail", ""))
     if not getattr(check, "passed", False):
         return {**result, "passed": False, "score": 0.0}
@@ -562,7 +588,8 @@ def _write_report(report: dict, reports: Path, stem: str) -> Path:
         + ", ".join(f"{k} {v}" for k, v in report["plain_tps"].items()),
         f"- {len(report['results'])} of {report['candidates_total']} candidates measured; score "
         "= geometric mean of the speedups; each candidate passed verify's fast equivalence "
-        "check before it was timed, then ran each workload right after the plain server did",
+        f"check (on {report.get('checked_on', 'the target')}) before it was timed, then ran "
+        "each workload right after the plain server did",
         "",
         "| candidate | speculative flags | check | " + " | ".join(names) + " | score |",
         "|---|---|---|" + "---|" * len(names) + "---|",
