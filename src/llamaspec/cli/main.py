@@ -87,7 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mirror = f"{e.pypi.package}=={e.pypi.version}" if e.pypi else "-"
                 console.print(f"{e.name:14} {e.pin} {e.tag:16} dialect={e.dialect} pypi={mirror}")
     except LlamaspecError as exc:
-        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(exc))}")
+        # soft wrap: the terminal wraps the paragraph; paths and commands stay whole to copy
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 2
     except KeyboardInterrupt as exc:
         from llamaspec import procs

@@ -34,15 +34,7 @@ from llamaspec.paths import cache_dir
 def baseline_defines(manifest: dict) -> list[str]:
     """The artifact's defines as `-D` arguments, without llamaspec's reproducibility flags
     (a user's own C/C++ flags, which those defines carry, stay)."""
-    out = []
-    for d in manifest["defines"]:
-        if not d["origin"].endswith(repro.ORIGIN):
-            out.append(f"-D{d['name']}={d['value']}")
-            continue
-        user = (d.get("key") or "").removesuffix(f"<{repro.MAPS_VERSION}>").strip()
-        if user:
-            out.append(f"-D{d['name']}={user}")
-    return out
+    return [f"-D{d.name}={d.value}" for d in repro.without_maps(manifest["defines"])]
 
 
 def _is_native(manifest: dict) -> bool:

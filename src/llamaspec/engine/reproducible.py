@@ -89,6 +89,20 @@ def flag_defines(
     return out
 
 
+def without_maps(recorded: Iterable[Mapping]) -> list[Define]:
+    """A manifest's recorded defines without llamaspec's prefix-map flags, whose recorded
+    values name <source> and <build>, not paths (a user's own C/C++ flags stay)."""
+    out = []
+    for d in recorded:
+        if not d["origin"].endswith(ORIGIN):
+            out.append(Define(d["name"], d["value"], d["origin"]))
+            continue
+        user = (d.get("key") or "").removesuffix(f"<{MAPS_VERSION}>").strip()
+        if user:
+            out.append(Define(d["name"], user, d["origin"].removesuffix(f" + {ORIGIN}")))
+    return out
+
+
 def with_flags(defines: Sequence[Define], flags: Sequence[Define]) -> list[Define]:
     """`defines` with the user's C/C++ flag defines replaced by `flags` (which include them)."""
     names = {d.name for d in flags}

@@ -13,6 +13,7 @@ from rich.console import Console
 from llamaspec import procs
 from llamaspec.engine import build as build_stage
 from llamaspec.engine import profiles as flags
+from llamaspec.engine import reproducible as repro
 from llamaspec.engine.build import Artifact
 from llamaspec.engine.toolchain import detect
 from llamaspec.errors import LlamaspecError
@@ -67,9 +68,8 @@ def _build_tool(artifact: Artifact, tools_dir: Path, console: Console) -> None:
             "rebuild the artifact here first (`nox -s build-cpu`)."
         )
     tree = Path(build_stage.read_cmake_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
-    defines = [
-        flags.Define(d["name"], d["value"], d["origin"]) for d in artifact.manifest["defines"]
-    ]
+    # the recorded prefix maps name <source> and <build>, not paths: a test tool needs none
+    defines = repro.without_maps(artifact.manifest["defines"])
     defines = [d for d in defines if d.name != "LLAMA_BUILD_TESTS"]
     defines.append(flags.Define("LLAMA_BUILD_TESTS", "ON", f"llamaspec ({TOOL})"))
     tools_dir = build_stage.build_dir_for(tree, tools_dir.name)
