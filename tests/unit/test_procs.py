@@ -145,8 +145,12 @@ def test_popen_timeout_and_exceptions_kill_the_group(tmp_path: Path) -> None:
 # A llamaspec-like parent: signal handlers, a temporary directory, a child running in it.
 PARENT = textwrap.dedent(
     """
-    import sys, tempfile, time
+    import signal, sys, tempfile, time
     from llamaspec import procs
+    # as from a terminal, even when the test runs under nohup or in a background job (which
+    # start their children with SIGHUP / SIGINT ignored)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     procs.install_signal_handlers()
     try:
         with tempfile.TemporaryDirectory(prefix="procs-test-") as tmp:
