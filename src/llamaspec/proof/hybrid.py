@@ -6,6 +6,7 @@ tiny GGUFs of any architecture; `-a '^qwen35$'` gives a Qwen3.5-style hybrid of 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -68,11 +69,14 @@ def _build_tool(artifact: Artifact, tools_dir: Path, console: Console) -> None:
             "rebuild the artifact here first (`nox -s build-cpu`)."
         )
     tree = Path(build_stage.read_cmake_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
-    # the recorded prefix maps name <source> and <build>, not paths: a test tool needs none
+    # the recorded prefix maps name <source> and <build>: made again for this directory, so
+    # the compile commands match the artifact's own and ccache serves its objects
     defines = repro.without_maps(artifact.manifest["defines"])
     defines = [d for d in defines if d.name != "LLAMA_BUILD_TESTS"]
     defines.append(flags.Define("LLAMA_BUILD_TESTS", "ON", f"llamaspec ({TOOL})"))
     tools_dir = build_stage.build_dir_for(tree, tools_dir.name)
+    maps = repro.path_maps(tree, tools_dir, bool(build_stage.ccache_env(tree)))
+    defines = repro.with_flags(defines, repro.flag_defines(defines, maps, os.environ))
     tc = detect()
     console.print(f"hybrid: building {TOOL} from {tree}")
     build_stage.configure(tree, tools_dir, defines, tc, console)
