@@ -72,8 +72,14 @@ def _build_tool(artifact: Artifact, tools_dir: Path, console: Console) -> None:
     # the recorded prefix maps name <source> and <build>: made again for this directory, so
     # the compile commands match the artifact's own and ccache serves its objects
     defines = repro.without_maps(artifact.manifest["defines"])
-    defines = [d for d in defines if d.name != "LLAMA_BUILD_TESTS"]
-    defines.append(flags.Define("LLAMA_BUILD_TESTS", "ON", f"llamaspec ({TOOL})"))
+    # the tool loads no backend modules (GGML_BACKEND_DL, as in the portable variant): it
+    # needs the CPU backend linked in to make its model
+    dl = any(d.name == "GGML_BACKEND_DL" and flags.cmake_bool(d.value) for d in defines)
+    own = {"LLAMA_BUILD_TESTS": "ON"}
+    if dl:
+        own |= {"GGML_BACKEND_DL": "OFF", "GGML_CPU_ALL_VARIANTS": "OFF", "GGML_NATIVE": "OFF"}
+    defines = [d for d in defines if d.name not in own]
+    defines += [flags.Define(k, v, f"llamaspec ({TOOL})") for k, v in own.items()]
     tools_dir = build_stage.build_dir_for(tree, tools_dir.name)
     maps = repro.path_maps(tree, tools_dir, bool(build_stage.ccache_env(tree)))
     defines = repro.with_flags(defines, repro.flag_defines(defines, maps, os.environ))
