@@ -41,8 +41,7 @@ def hybrid_model(artifact: Artifact, console: Console, arch: str = "qwen35", see
             f"is {artifact.manifest.get('engine')}."
         )
     tools_dir = cache_dir() / "build" / f"{artifact.id}-tools"
-    if not (tools_dir / "bin" / TOOL).is_file():
-        _build_tool(artifact, tools_dir, console)
+    _build_tool(artifact, tools_dir, console)  # a no-op for ninja when nothing changed
     out_dir.mkdir(parents=True, exist_ok=True)
     proc = procs.run(
         [str(tools_dir / "bin" / TOOL), "-a", f"^{arch}$", "-s", str(seed), "-o", str(out_dir)],
