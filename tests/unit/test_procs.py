@@ -38,6 +38,16 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2] not in "ZX"
 
 
+def _gone(*pids: int, seconds: float = 5) -> bool:
+    """Whether every pid is dead within `seconds` (SIGKILL is delivered asynchronously)."""
+    deadline = time.monotonic() + seconds
+    while any(_alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _wait_for(path: Path, seconds: float = 20) -> str:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -89,7 +99,7 @@ def test_timeout_kills_child_and_grandchild(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 15
     assert "did not finish within 2 s" in err.value.message and "started" in str(err.value)
     child, grandchild = map(int, pids.read_text().split())
-    assert not _alive(child) and not _alive(grandchild)
+    assert _gone(child, grandchild)
     assert procs.group_members(child) == []
 
 
@@ -129,7 +139,7 @@ def test_popen_timeout_and_exceptions_kill_the_group(tmp_path: Path) -> None:
         for _ in stream.lines():
             pass
     child, grandchild = map(int, pids.read_text().split())
-    assert not _alive(child) and not _alive(grandchild)
+    assert _gone(child, grandchild)
 
     pids.unlink()
     with (
@@ -139,7 +149,7 @@ def test_popen_timeout_and_exceptions_kill_the_group(tmp_path: Path) -> None:
         next(stream.lines())
         raise RuntimeError("the caller failed")
     child, grandchild = map(int, pids.read_text().split())
-    assert not _alive(child) and not _alive(grandchild)
+    assert _gone(child, grandchild)
 
 
 # A llamaspec-like parent: signal handlers, a temporary directory, a child running in it.
@@ -184,7 +194,7 @@ def test_signal_to_parent_leaves_no_orphans_and_no_tempdir(tmp_path: Path, sig: 
     assert parent.returncode == 128 + sig
     assert "interrupted" in out
     assert not tmp.exists()
-    assert not _alive(child) and not _alive(grandchild)
+    assert _gone(child, grandchild)
 
 
 def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:

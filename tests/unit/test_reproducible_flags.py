@@ -342,6 +342,7 @@ def test_the_reproducibility_report_explains_each_baseline_difference() -> None:
             "explained": {"lib/libggml-base.so": "build-host paths in its bytes"},
         },
         "llamaspec": {
+            "first_build": "cold",
             "seconds_total": 700.0,
             "inputs": {
                 "source_date_epoch": 1,

@@ -98,6 +98,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="skip the two plain-cmake builds without llamaspec's flags",
     )
+    br.add_argument(
+        "--reuse-build",
+        action="store_true",
+        help="compare the artifact's existing build with the cold second build instead of "
+        "building it cold again first (one cold build instead of two)",
+    )
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
@@ -107,7 +113,9 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command == "bench-reproducible":
         from llamaspec.engine.repro_bench import bench_reproducible
 
-        bench_reproducible(artifact, args.reports, console, plain=not args.no_baseline)
+        bench_reproducible(
+            artifact, args.reports, console, plain=not args.no_baseline, cold=not args.reuse_build
+        )
         return True
     if args.command == "bench-build":
         from llamaspec.engine.build_bench import bench_build
