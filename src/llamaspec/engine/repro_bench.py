@@ -112,7 +112,8 @@ def with_flags(artifact: Artifact, scratch: Path, console: Console, cold: bool =
     out = scratch / "dist"
     cmd = [*rebuild_command(artifact.manifest, out), "--check-reproducible"]
     env = {**os.environ, "CCACHE_DISABLE": "1"}
-    console.print("reproducible: llamaspec build --check-reproducible, cold (ccache off)…")
+    first = "cold (ccache off)" if cold else "reusing the artifact's build"
+    console.print(f"reproducible: llamaspec build --check-reproducible, {first}…")
     t0 = time.monotonic()
     proc = procs.run(cmd, env=env, timeout=3 * BUILD_TIMEOUT_S, check=False, what="llamaspec build")
     seconds = round(time.monotonic() - t0, 1)
