@@ -235,9 +235,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         ("--check-reproducible",),
         "check_reproducible",
-        "rebuild a copy of the tree elsewhere without ccache and compare the binaries",
+        "rebuild a copy of the tree elsewhere, cold, and compare the binaries",
         "after the build, build a copy of the tree at another path in a clean build directory "
-        "without ccache (a cold build) and compare the sha256 of every file shipped; the "
+        "with an empty ccache (a cold build) and compare the sha256 of every file shipped; the "
         "manifest records the result (`reproducible`). A `GGML_NATIVE=ON` build is "
         "host-specific by design and is not rebuilt: check `--variant portable`",
         kind="flag",

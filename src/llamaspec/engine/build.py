@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from llamaspec import __version__, procs
 from llamaspec.config import Engine
+from llamaspec.engine import gitutil
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.patch_queue import PatchedTree
@@ -165,7 +166,7 @@ def build(
     """Configure and build the server, install it into dist/<id>/ (a no-op when it exists).
 
     `internal`: defines preflight found necessary (e.g. private header dirs).
-    `check_reproducible`: then rebuild elsewhere without ccache and compare (see
+    `check_reproducible`: then rebuild elsewhere, cold, and compare (see
     check_reproducible); the manifest records the result."""
     declared = flags.tree_options(patched.path)
     defines = [
@@ -291,7 +292,8 @@ def check_reproducible_artifact(
     extra_targets: Sequence[str] = (),
 ) -> Artifact:
     """Rebuild `art` from a copy of its tree at another path, in a clean build directory,
-    without ccache; compare every file it ships and scan both for build-host paths.
+    cold (an empty private ccache); compare every file it ships and scan both for
+    build-host paths.
 
     The result goes into the manifest (`reproducible`). A difference, or a host path in
     either build, is an error naming the files, with the second build kept for diffoscope.
@@ -316,17 +318,24 @@ def check_reproducible_artifact(
         t0 = time.monotonic()
         copy = scratch / "tree"
         console.print(
-            f"reproducible: copying the tree to {copy} and building it again without ccache "
+            f"reproducible: copying the tree to {copy} and building it again with an empty ccache "
             "(a cold build)"
         )
         shutil.copytree(
             patched.path, copy, symlinks=True, ignore=shutil.ignore_patterns(BUILD_SUBDIR)
         )
+        if (copy / ".git").exists():
+            # a copied index has stale stat data: ggml's version stamp would read "-dirty"
+            gitutil.git("update-index", "-q", "--refresh", cwd=copy, check=False)
         other = PatchedTree(patched.source, copy, patched.patches)
         build_b = scratch / "build"
         build_b.mkdir()
         plan = _plan(engine, other, defines, build_b)
-        env = {**plan.env, "CCACHE_DISABLE": "1"}
+        # cold, but through ccache where the first build used it: ccache hands the compiler
+        # normalized relative paths (`vendor/x/../x/y.hpp` becomes `vendor/x/y.hpp` in
+        # __FILE__), so an empty private cache, not none, gives the same compile commands
+        env = {**plan.env, **ccache_env(copy), "CCACHE_DIR": str(scratch / "ccache")}
+        env["CCACHE_NODISABLE" if tools.ccache else "CCACHE_DISABLE"] = "1"
         t1 = time.monotonic()
         configure(copy, build_b, plan.defines, tools, console, env)
         t2 = time.monotonic()
@@ -352,7 +361,7 @@ def check_reproducible_artifact(
             "host_paths": host,
             "second_build": {
                 "how": "a copy of the tree at another path, a clean build directory, "
-                "CCACHE_DISABLE=1",
+                + ("an empty private ccache" if tools.ccache else "no ccache"),
                 "seconds": {
                     "copy": round(t1 - t0, 1),
                     "configure": round(t2 - t1, 1),
@@ -384,7 +393,7 @@ def check_reproducible_artifact(
             )
         console.print(
             f"reproducible: equal: {record['files_compared']} files, llama-server sha256 "
-            f"{record['sha256_a']} in both builds (second build without ccache: "
+            f"{record['sha256_a']} in both builds (second build cold: "
             f"{round(t3 - t1)} s)"
         )
         return Artifact(art.id, art.path, manifest, art.reused)

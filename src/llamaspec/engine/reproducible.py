@@ -5,10 +5,13 @@ Every build gets prefix maps in `CMAKE_C_FLAGS`/`CMAKE_CXX_FLAGS` that rewrite t
 tree and the build directory out of `__FILE__` (ggml's asserts, llama.cpp's unity-built
 model sources) and debug info, and a fixed `SOURCE_DATE_EPOCH`. With ccache's base_dir at
 the tree (see build.build_dir_for), ccache hands the compiler paths relative to the build
-directory (`../../ggml/src/ggml.c`); one more map rewrites that form too, so a build with
-ccache and one without give the same bytes. ccache leaves the maps' values out of its hash,
-so they cost no cache hits. `build --check-reproducible` (build.check_reproducible) rebuilds
-a copy of the tree elsewhere without ccache and compares the two with `compare` and `scan`.
+directory (`../../ggml/src/ggml.c`); one more map rewrites that form too. ccache also
+normalizes include directories (`vendor/x/../x/y.hpp` in `__FILE__` becomes `vendor/x/y.hpp`),
+which no map can undo, so a build with ccache and one without can still differ: the check
+builds its second copy through an empty private ccache. ccache leaves the maps' values out
+of its hash, so they cost no cache hits. `build --check-reproducible`
+(build.check_reproducible) rebuilds a copy of the tree elsewhere, cold, and compares the two
+with `compare` and `scan`.
 """
 
 from __future__ import annotations
