@@ -210,6 +210,12 @@ def markdown(r: dict) -> str:
         f"{len(rec.get('host_paths') or {})}.",
         "",
     ]
+    if rec.get("differing"):
+        lines += [
+            "Differing: " + ", ".join(f"`{f}`" for f in rec["differing"]) + " (see how with "
+            "diffoscope, or `strings` on both).",
+            "",
+        ]
     inputs = ours.get("inputs") or {}
     lines += [
         "## With llamaspec's flags",
