@@ -203,8 +203,8 @@ def markdown(r: dict) -> str:
         f"{(r['toolchain'] or {}).get('cmake', '?')}; {r['date']}.",
         "",
         f"**Verdict: {'equal' if r['equal'] else 'NOT equal'}.** Two clean builds with "
-        f"llamaspec's flags, the second from a copy of the tree at another path without "
-        f"ccache: llama-server sha256 `{rec.get('sha256_a')}` and `{rec.get('sha256_b')}`; "
+        f"llamaspec's flags, the second from a copy of the tree at another path, cold: "
+        f"llama-server sha256 `{rec.get('sha256_a')}` and `{rec.get('sha256_b')}`; "
         f"{rec.get('files_compared')} files compared, "
         f"{len(rec.get('differing') or [])} differ; build-host paths found: "
         f"{len(rec.get('host_paths') or {})}.",
