@@ -104,7 +104,7 @@ def patch_rebuild(
             (root / "patches" / engine / f"{BENCH_PATCH}.patch").write_text(text)
             console.print(f"bench-build: one-line patch to {rel} ({mark}), ccache on…")
             s0 = _ccache_stats(tools.ccache, env)
-            out[f"{label}_seconds"] = round(_run(cmd, env), 1)
+            out[f"{label}_seconds"] = round(timed(cmd, env), 1)
             s1 = _ccache_stats(tools.ccache, env)
             out[f"{label}_ccache"] = {k: s1[k] - s0.get(k, 0) for k in s1}
         out["file"] = rel
@@ -119,10 +119,14 @@ def patch_rebuild(
                     shutil.rmtree(path, ignore_errors=True)
 
 
-def _run(cmd: list[str], env: dict[str, str]) -> float:
+def timed(cmd: list[str], env: dict[str, str], what: str | None = None) -> float:
+    """Seconds `cmd` took to run to completion (a failure is an error)."""
     t0 = time.monotonic()
     procs.run(
-        cmd, env=env, timeout=BUILD_TIMEOUT_S, what=f"`{' '.join(cmd[:4])} …` (build benchmark)"
+        cmd,
+        env=env,
+        timeout=BUILD_TIMEOUT_S,
+        what=what or f"`{' '.join(cmd[:4])} …` (build benchmark)",
     )
     return time.monotonic() - t0
 
@@ -171,8 +175,8 @@ def bench_build(artifact: Artifact, dist: Path, reports: Path, console: Console)
     target = "llama-server"
     with tempfile.TemporaryDirectory(prefix="llamaspec-plain-") as plain:
         console.print("bench-build: plain cmake, cold (ccache disabled)…")
-        t_conf = _run([tools.cmake, "-S", str(tree), "-B", plain, "-G", "Ninja", *defines], env)
-        t_build = _run([tools.cmake, "--build", plain, "--target", target], env)
+        t_conf = timed([tools.cmake, "-S", str(tree), "-B", plain, "-G", "Ninja", *defines], env)
+        t_build = timed([tools.cmake, "--build", plain, "--target", target], env)
     plain_s = t_conf + t_build
     console.print(f"bench-build: plain cmake {plain_s:.0f}s; llamaspec, cold…")
     link = cache_dir() / "build" / artifact.id
@@ -180,8 +184,8 @@ def bench_build(artifact: Artifact, dist: Path, reports: Path, console: Console)
     link.unlink(missing_ok=True)
     shutil.rmtree(artifact.path)
     cmd = rebuild_command(m, dist)
-    ls_s = _run(cmd, env)
-    noop_s = _run(cmd, env)
+    ls_s = timed(cmd, env)
+    noop_s = timed(cmd, env)
     one_line = patch_rebuild(tree, cmd, dist, m["engine"], console)
     hits = one_line["rebuild_ccache"]
     report = {

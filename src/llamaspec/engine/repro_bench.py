@@ -4,8 +4,9 @@ with llamaspec's reproducible-build flags → reports/reproducible-<artifact>.{j
 Baseline: plain cmake with the artifact's own defines minus llamaspec's flags (no prefix
 maps, no SOURCE_DATE_EPOCH), in two clean build directories of the tree at two paths of
 different depth, as two machines would have them; ccache off. llamaspec: a cold
-`llamaspec build --check-reproducible` of the same artifact (its build directory emptied,
-ccache off), which builds a copy of the tree elsewhere a second time and compares. Each
+`llamaspec build --check-reproducible` of the same artifact (its build directory emptied, an
+empty private ccache; or, with `--reuse-build`, the artifact's existing build), which builds
+a copy of the tree elsewhere a second time and compares. Each
 file that differs in the baseline is explained by the build-host paths found in it.
 """
 
@@ -24,7 +25,7 @@ from rich.console import Console
 from llamaspec import procs
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.build import BUILD_SUBDIR, BUILD_TIMEOUT_S, Artifact, load_artifact
-from llamaspec.engine.build_bench import artifact_tree, rebuild_command
+from llamaspec.engine.build_bench import artifact_tree, rebuild_command, timed
 from llamaspec.engine.profiles import Define
 from llamaspec.engine.toolchain import detect, machine
 from llamaspec.errors import LlamaspecError
@@ -41,21 +42,15 @@ def _is_native(manifest: dict) -> bool:
     return repro.is_native(Define(d["name"], d["value"], d["origin"]) for d in manifest["defines"])
 
 
-def _timed(cmd: list[str], env: dict[str, str], what: str) -> float:
-    t0 = time.monotonic()
-    procs.run(cmd, env=env, timeout=BUILD_TIMEOUT_S, what=what)
-    return time.monotonic() - t0
-
-
 def _plain_build(tree: Path, build_dir: Path, defines: list[str], env: dict[str, str]) -> dict:
     """A cold plain-cmake build of llama-server; its outputs as `repro.shipped` sees them."""
     tools = detect()
-    conf = _timed(
+    conf = timed(
         [tools.cmake, "-S", str(tree), "-B", str(build_dir), "-G", "Ninja", *defines],
         env,
         "plain cmake configure (reproducibility baseline)",
     )
-    comp = _timed(
+    comp = timed(
         [tools.cmake, "--build", str(build_dir), "--target", "llama-server"],
         env,
         "plain cmake build (reproducibility baseline)",
