@@ -129,7 +129,8 @@ def _rss_mib(pid: int) -> int:
 
 
 def test_vulkan_smoke_passes_on_lavapipe(vulkan_build) -> None:
-    """Last: the smoke on lavapipe, speculation on, equivalence as in the CPU smoke. A cold
+    """Last: the smoke on lavapipe, speculation on, the quantized comparison as information;
+    the F32 comparison, which does not gate on Vulkan, is left out on this software device. A cold
     lavapipe compiles pipelines on first use; Mesa's shader cache makes later runs fast
     (README: "Vulkan on lavapipe" gives both costs)."""
     artifact = vulkan_build[0]
@@ -147,9 +148,11 @@ def test_vulkan_smoke_passes_on_lavapipe(vulkan_build) -> None:
     report = json.loads((artifact.path / "smoke.json").read_text())
     assert {r["prompt"] for r in report["results"]} == {"code", "prose"}
     assert report["accepted"] > 0
-    # the F32 reference comparison ran on the GPU backend; there it is reported (batch
-    # invariance of F32 decoding is established on the CPU backend only), not a gate
-    assert report["strict_gates"] is False
-    assert {s["method"] for s in report["strict"]} == {"draft", "ngram-mod"}
+    # on a GPU backend the F32 comparison informs (batch invariance of F32 decoding is
+    # established on the CPU backend only); on a software device it is left out, saying why
+    assert report["strict_gates"] is False and report["strict"] == []
+    assert "llvmpipe" in report["strict_skipped"], report["strict_skipped"]
+    said = " ".join(output.split())  # rich wraps long lines
+    assert "strict (F32 reference): not run: the only device is a software one" in said
     # lavapipe was made visible to the servers (ggml-vulkan hides CPU-type devices otherwise)
     assert "GGML_VK_VISIBLE_DEVICES=0" in output or os.environ.get("GGML_VK_VISIBLE_DEVICES")

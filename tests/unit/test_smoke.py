@@ -114,3 +114,25 @@ def test_the_f32_comparison_gates_cpu_builds_and_informs_on_gpu_backends() -> No
     assert gpu.passed and gpu.strict_failures and gpu.to_json()["strict_gates"] is False
     cpu = smoke.SmokeReport("id", "draft", [], strict=[_strict("different")])
     assert not cpu.passed
+
+
+def test_a_skipped_f32_comparison_passes_only_where_it_does_not_gate() -> None:
+    quantized = smoke.PromptResult("p", c([1]), c([1], 5, 4), smoke.Verdict("identical", None))
+    why = "the only device is a software one (llvmpipe)"
+    sw = smoke.SmokeReport("id", "draft", [], [quantized], strict_gates=False, strict_skipped=why)
+    assert sw.passed and sw.to_json()["strict_skipped"] == why
+    cpu = smoke.SmokeReport("id", "draft", [], [quantized], strict_skipped=why)
+    assert not cpu.passed  # on the CPU the F32 comparison is the gate: it cannot be skipped
+    gpu = smoke.SmokeReport("id", "draft", [], [quantized], strict_gates=False)
+    assert not gpu.passed  # neither run nor skipped with a reason
+
+
+def test_device_lines_name_software_devices() -> None:
+    out = (
+        "Available devices:\n"
+        "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (24105 MiB, 23146 MiB free)\n"
+        "  Vulkan1: NVIDIA GeForce RTX 4090 (24564 MiB, 23000 MiB free)\n"
+    )
+    names = [smoke.MEMORY.sub("", m.group(1)).strip() for m in smoke.DEVICE_LINE.finditer(out)]
+    assert names == ["llvmpipe (LLVM 15.0.6, 256 bits)", "NVIDIA GeForce RTX 4090"]
+    assert [bool(smoke.SOFTWARE_DEVICE.search(n)) for n in names] == [True, False]

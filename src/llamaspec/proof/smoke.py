@@ -12,6 +12,8 @@ differing token say how close the two choices were.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -129,6 +131,8 @@ class SmokeReport:
     # batch-invariant; on GPU backends (CUDA, Vulkan) that is not established yet, so there
     # it is reported, and `verify --tier strict` is the gate.
     strict_gates: bool = True
+    # Why the F32 comparison did not run where it is information only (a software device).
+    strict_skipped: str | None = None
     wall_seconds: float = 0.0
     chat_drafted: int = 0  # from the streamed chat request, where /completion has no stats
     chat_accepted: int = 0
@@ -152,7 +156,7 @@ class SmokeReport:
     @property
     def passed(self) -> bool:
         if not self.strict_gates:
-            return self.accepted > 0 and bool(self.strict)
+            return self.accepted > 0 and (bool(self.strict) or bool(self.strict_skipped))
         return self.accepted > 0 and bool(self.strict) and not self.strict_failures
 
     def to_json(self) -> dict:
@@ -167,6 +171,7 @@ class SmokeReport:
             "wall_seconds": round(self.wall_seconds, 1),
             "reference_sha256": self.reference_sha256,
             "strict_gates": self.strict_gates,
+            "strict_skipped": self.strict_skipped,
             "strict": [asdict(s) for s in self.strict],
             "information": {"near_tie_margin_nats": NEAR_TIE_MARGIN_NATS},
             "results": [asdict(r) for r in self.results],
@@ -275,8 +280,10 @@ def smoke(
     reference: Path | None = None,
     reference_sha256: str | None = None,
     strict_n_predict: int | None = None,
+    strict_skipped: str | None = None,
 ) -> SmokeReport:
-    """Strict fast form on `reference` (F32) and the quantized comparison; write smoke.json."""
+    """Strict fast form on `reference` (F32) and the quantized comparison; write smoke.json.
+    `strict_skipped` says why a non-gating F32 comparison is left out (no `reference`)."""
     t0 = time.monotonic()
     # p_min 0: draft whatever the draft model ranks first (older servers default to 0.9,
     # which with a 270M self-draft drafts almost nothing)
@@ -291,6 +298,8 @@ def smoke(
         reference_sha256=reference_sha256,
         strict_gates=artifact.manifest.get("backend", "cpu") == "cpu",
     )
+    if reference is None and not report.strict_gates:
+        report.strict_skipped = strict_skipped
     logs = out_dir / "logs"
     with running(artifact.server, base_args(model), logs / "reference.log") as ref_srv:
         refs = [complete(ref_srv, p) for p in prompts]
@@ -322,7 +331,7 @@ def smoke(
 
 
 def _why(report: SmokeReport) -> str:
-    if not report.strict:
+    if not report.strict and not report.strict_skipped:
         return "no strict comparison ran (no reference model)"
     if report.strict_failures:
         s = report.strict_failures[0]
@@ -392,6 +401,8 @@ def _openai_check(server: Server, console: Console) -> tuple[int, int] | None:
 
 
 def print_report(report: SmokeReport, console: Console) -> None:
+    if report.strict_skipped:
+        console.print(f"smoke: strict (F32 reference): not run: {report.strict_skipped}")
     if report.strict:
         table = Table(title=f"smoke: {report.artifact_id}: strict tier on the F32 reference")
         for col in ("method", "prompt", "drafted", "accepted", "equivalence"):
@@ -458,8 +469,7 @@ def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = Non
     from llamaspec.proof.reference import reference_copy
 
     model = embedded_model(console.print)
-    ref = reference_copy(model, EMBEDDED_SHA256, console.print)
-    prompts, strict_n = SMOKE_PROMPTS, None
+    prompts, strict_n, skipped = SMOKE_PROMPTS, None, None
     if artifact.manifest.get("backend") == "vulkan":
         prompts = tuple(replace(p, n_predict=VULKAN_N_PREDICT) for p in prompts)
         strict_n = VULKAN_N_PREDICT
@@ -467,6 +477,13 @@ def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = Non
             if name not in os.environ:
                 os.environ[name] = value
                 console.print(f"smoke: {name}={value} ({why})")
+        if (device := software_device(artifact)) and not os.environ.get(STRICT_ON_SOFTWARE):
+            skipped = (
+                f"the only device is a software one ({device}), where the F32 comparison "
+                f"reports and does not gate, and costs minutes of shader compiles; set "
+                f"{STRICT_ON_SOFTWARE}=1 to run it"
+            )
+    ref = None if skipped else reference_copy(model, EMBEDDED_SHA256, console.print)
     dialect = dialect_for(artifact, console.print, root)
     return smoke(
         artifact,
@@ -475,7 +492,36 @@ def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = Non
         artifact.path,
         console,
         prompts,
-        reference=ref.path,
-        reference_sha256=ref.sha256,
+        reference=ref.path if ref else None,
+        reference_sha256=ref.sha256 if ref else None,
         strict_n_predict=strict_n,
+        strict_skipped=skipped,
     )
+
+
+# Software Vulkan devices: Mesa's lavapipe (listed as llvmpipe) and Google's SwiftShader.
+SOFTWARE_DEVICE = re.compile(r"llvmpipe|lavapipe|swiftshader", re.IGNORECASE)
+STRICT_ON_SOFTWARE = "LLAMASPEC_SMOKE_STRICT_ON_SOFTWARE"
+
+
+def software_device(artifact: Artifact) -> str | None:
+    """The device name when every device the server sees is a software one, else None."""
+    try:
+        proc = subprocess.run(
+            [str(artifact.server), "--list-devices"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    devices = [MEMORY.sub("", m.group(1)).strip() for m in DEVICE_LINE.finditer(proc.stdout)]
+    if devices and all(SOFTWARE_DEVICE.search(d) for d in devices):
+        return devices[0]
+    return None
+
+
+# `--list-devices` prints one `  Vulkan0: <name> (<memory>)` line per device.
+DEVICE_LINE = re.compile(r"^\s*\w+\d+:\s*(.+)$", re.MULTILINE)
+MEMORY = re.compile(r"\s*\(\d+ MiB[^)]*\)\s*$")
