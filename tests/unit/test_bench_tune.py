@@ -128,7 +128,10 @@ def test_a_verification_step_is_priced_from_a_fully_accepted_run() -> None:
     costs = costmodel.BatchCosts({1: 4.0, 9: 8.0}, decode_ms=10.0, prefix_tokens=30)
     assert costs.step_costs() == {1: 4.0, 9: 8.0}  # prompt batches until steps are timed
     costs.verify_ms = {9: 55.0}
-    assert costs.step_costs() == {1: 10.0, 9: 55.0} and costs.verify_ratios() == {9: 5.5}
+    assert costs.step_costs() == {1: 1.0, 9: 5.5} and costs.verify_ratios() == {9: 5.5}
+    # each step over the plain decode timed with it, not the cost phase's earlier one
+    costs.verify_decode_ms = {9: 11.0}
+    assert costs.step_costs() == {1: 1.0, 9: 5.0} and costs.verify_ratios() == {9: 5.0}
     assert costmodel.batch_points(20, costmodel.VERIFY_POINTS) == [2, 3, 5, 9, 17, 20]
 
 
@@ -302,10 +305,11 @@ def test_the_report_says_what_priced_the_steps() -> None:
     report = json.loads(
         (ROOT / "reports" / "bench-gemma3-270m-ngram-llamacpp-cpu-2a65556682b3.json").read_text()
     )
+    report["cost_model"]["verify_ratio"] = {}
     assert "the prediction prices steps with the prompt batches above" in bench.markdown(report)
     report["cost_model"]["verify_ratio"] = {"2": 1.3, "9": 3.1}
     md = bench.markdown(report)
-    assert "÷ one plain decode: k=2: 1.3, k=9: 3.1; the prediction prices steps" in md
+    assert "timed just before it: k=2: 1.3, k=9: 3.1; the prediction prices steps" in md
 
 
 def test_a_verification_point_whose_server_fails_is_left_out() -> None:
@@ -322,5 +326,5 @@ def test_a_verification_point_whose_server_fails_is_left_out() -> None:
         yield  # pragma: no cover
 
     ticks = []
-    got = costmodel.measure_verify(refuses, "p", 10.0, 9, progress=lambda: ticks.append(1))
+    got = costmodel.measure_verify(refuses, "p", lambda: 10.0, 9, progress=lambda: ticks.append(1))
     assert got == {} and tried == [2, 3, 5, 9] and len(ticks) == 4

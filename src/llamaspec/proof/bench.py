@@ -331,19 +331,23 @@ def bench(
                         progress=lambda: bar.advance(task),
                     )
                     draft_cost = _draft_cost(artifact, p, cost_srv, logs, has_ngram_only)
-                if verify_steps:
-                    bar.update(task, description="cost model: verification steps")
-                    base = [*cost_args, "--metrics"]
-                    start = partial(_synthetic_server, artifact, base, dialect, help_text, logs)
-                    costs.verify_ms = costmodel.measure_verify(
-                        start,
-                        WORKLOADS["copy"].turns[0],
-                        costs.decode_ms,
-                        p.k_max,
-                        progress=lambda: bar.advance(task),
-                    )
-                    synth = dialects.synthetic_steps(dialect, help_text, p.k_max - 1) or []
-                    commands["cost model, verification steps of k tokens"] = shown([*base, *synth])
+                    if verify_steps:
+                        bar.update(task, description="cost model: verification steps")
+                        base = [*cost_args, "--metrics"]
+                        start = partial(_synthetic_server, artifact, base, dialect, help_text, logs)
+                        timed = costmodel.measure_verify(
+                            start,
+                            WORKLOADS["copy"].turns[0],
+                            partial(costmodel.decode_ms_per_token, cost_srv, _COST_PREFIX),
+                            p.k_max,
+                            progress=lambda: bar.advance(task),
+                        )
+                        costs.verify_ms = {k: v for k, (v, _d) in timed.items()}
+                        costs.verify_decode_ms = {k: d for k, (_v, d) in timed.items()}
+                        synth = dialects.synthetic_steps(dialect, help_text, p.k_max - 1) or []
+                        commands["cost model, verification steps of k tokens"] = shown(
+                            [*base, *synth]
+                        )
             with (
                 running(artifact.server, plain_args, logs / f"plain-np{c}.log") as plain_srv,
                 running(artifact.server, spec_args, logs / f"spec-np{c}.log") as spec_srv,
@@ -495,7 +499,7 @@ def markdown(report: dict) -> str:
             *(
                 [
                     "- one verification step of k tokens (k − 1 drafted, all accepted, logits at "
-                    "every position) ÷ one plain decode: "
+                    "every position) ÷ a plain decode timed just before it: "
                     + ", ".join(f"k={k}: {v}" for k, v in cm["verify_ratio"].items())
                     + "; the prediction prices steps with these"
                 ]

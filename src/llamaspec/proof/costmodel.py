@@ -16,7 +16,8 @@ their last token only, while a verification step computes them for all k positio
 samples each; on a small model with a large vocabulary that is most of the cost. Where the
 build offers synthetic acceptance (`--spec-synth-rates`, benchmarking only), the verifying
 step itself is timed (`measure_verify`): n-gram drafts of exactly k − 1 tokens, every one
-accepted, so each drafted step verifies k tokens; r(k) is then that step ÷ a plain decode.
+accepted, so each drafted step verifies k tokens; r(k) is then that step ÷ a plain decode
+timed on a plain server just before it.
 """
 
 from __future__ import annotations
@@ -208,6 +209,8 @@ class BatchCosts:
     decode_ms: float
     prefix_tokens: int
     verify_ms: dict[int, float] = field(default_factory=dict)
+    # the plain decode timed next to each verification step (ms per token)
+    verify_decode_ms: dict[int, float] = field(default_factory=dict)
 
     def ratios(self) -> dict[int, float]:
         if 1 not in self.batch_ms:
@@ -218,13 +221,20 @@ class BatchCosts:
         """What the prediction prices a step with: measured verification steps over a plain
         decode where there are any, else the prompt-path batches."""
         if self.verify_ms and self.decode_ms > 0:
-            return {1: self.decode_ms, **self.verify_ms}
+            return {1: 1.0, **self._verify_ratios()}
         return self.batch_ms
 
     def verify_ratios(self) -> dict[int, float]:
+        return {k: round(v, 3) for k, v in self._verify_ratios().items()}
+
+    def _verify_ratios(self) -> dict[int, float]:
+        """V(k) ÷ the plain decode timed with it (the cost phase's decode where none was)."""
         if not self.verify_ms or self.decode_ms <= 0:
             return {}
-        return {k: round(v / self.decode_ms, 3) for k, v in sorted(self.verify_ms.items())}
+        return {
+            k: v / self.verify_decode_ms.get(k, self.decode_ms)
+            for k, v in sorted(self.verify_ms.items())
+        }
 
 
 def _post(server: Server, payload: dict) -> dict:
@@ -286,21 +296,23 @@ def verify_step_ms(timings: Mapping, delta: SpecCounters, decode_ms: float) -> f
 def measure_verify(
     start: Callable[[int], AbstractContextManager[Server]],
     prompt: str,
-    decode_ms: float,
+    decode: Callable[[], float],
     k_max: int,
     n_predict: int = 160,
     progress: Callable[[], None] = lambda: None,
-) -> dict[int, float]:
-    """V(k) for k in VERIFY_POINTS up to k_max: `start(k)` runs a server whose every step
-    drafts k − 1 tokens and accepts them all; the median of two runs per k, each long
-    enough for several drafted steps. A k whose server does not start is left out (the
-    prediction interpolates between the others)."""
-    out: dict[int, float] = {}
+) -> dict[int, tuple[float, float]]:
+    """(V(k), D) for k in VERIFY_POINTS up to k_max: `start(k)` runs a server whose every
+    step drafts k − 1 tokens and accepts them all; `decode()` times a plain decode (ms per
+    token) on a plain server, right before each run, so that r(k) = V(k) ÷ D compares two
+    times taken together (this machine's speed drifts by a fifth over minutes). Medians of
+    two runs per k, each long enough for several drafted steps. A k whose server does not
+    start is left out (the prediction interpolates between the others)."""
+    out: dict[int, tuple[float, float]] = {}
     for k in batch_points(k_max, VERIFY_POINTS):
         if k < 2:
             continue
         with suppress(LlamaspecError):
-            out.update(_verify_at(start, k, prompt, decode_ms, n_predict))
+            out.update(_verify_at(start, k, prompt, decode, n_predict))
         progress()
     return out
 
@@ -309,12 +321,13 @@ def _verify_at(
     start: Callable[[int], AbstractContextManager[Server]],
     k: int,
     prompt: str,
-    decode_ms: float,
+    decode: Callable[[], float],
     n_predict: int,
-) -> dict[int, float]:
+) -> dict[int, tuple[float, float]]:
     with start(k) as server:
-        runs = []
+        steps, decodes = [], []
         for _ in range(2):
+            d = decode()
             before = counters(server)
             reply = _post(
                 server,
@@ -327,10 +340,11 @@ def _verify_at(
                     "ignore_eos": True,
                 },
             )
-            step = verify_step_ms(reply.get("timings", {}), counters(server) - before, decode_ms)
-            if step is not None:
-                runs.append(step)
-    return {k: statistics.median(runs)} if runs else {}
+            step = verify_step_ms(reply.get("timings", {}), counters(server) - before, d)
+            if step is not None and d > 0:
+                steps.append(step)
+                decodes.append(d)
+    return {k: (statistics.median(steps), statistics.median(decodes))} if steps else {}
 
 
 def decode_ms_per_token(server: Server, prompt: str, n_predict: int = 48) -> float:
@@ -376,6 +390,9 @@ def summary(costs: BatchCosts, draft_cost: float, bandwidth: float, model_bytes:
         "batch_ms": {str(k): round(v, 3) for k, v in sorted(costs.batch_ms.items())},
         "batch_ratio": {str(k): v for k, v in costs.ratios().items()},
         "verify_ms": {str(k): round(v, 3) for k, v in sorted(costs.verify_ms.items())},
+        "verify_decode_ms": {
+            str(k): round(v, 3) for k, v in sorted(costs.verify_decode_ms.items())
+        },
         "verify_ratio": {str(k): v for k, v in costs.verify_ratios().items()},
         "priced_by": "verification steps" if costs.verify_ms else "prompt batches",
         "decode_ms_per_token": round(costs.decode_ms, 3),
