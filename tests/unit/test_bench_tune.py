@@ -115,6 +115,9 @@ def test_plain_decoding_limit_and_the_gap_sentence() -> None:
     assert "drafting" in costmodel.where_the_rest_goes(0.6)
     assert "no speculative counters" in costmodel.where_the_rest_goes(None)
     assert "drafts of uneven length" in costmodel.where_the_rest_goes(0.6, by_steps=True)
+    assert "Only 4 drafted step(s)" in costmodel.where_the_rest_goes(1.31, True, drafts=4)
+    assert "within 10%" in costmodel.where_the_rest_goes(1.05, True, drafts=4)
+    assert "vary in length" in costmodel.where_the_rest_goes(1.31, True, drafts=40)
     m = toolchain.machine()
     assert m["cores"] >= 1 and m["cpu"] in m["description"]
 

@@ -260,7 +260,7 @@ def summarize(
         "accepted_length_histogram": costmodel.accepted_length_histogram(c),
         "expected_speedup": round(expected, 3) if expected else None,
         "measured_over_expected": round(ratio, 3) if ratio else None,
-        "where_the_rest_goes": costmodel.where_the_rest_goes(ratio, by_steps)
+        "where_the_rest_goes": costmodel.where_the_rest_goes(ratio, by_steps, c.drafts)
         if cell.concurrency == 1
         else "Several slots batch their steps together; the single-client cost model does "
         "not apply.",

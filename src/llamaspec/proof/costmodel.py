@@ -168,11 +168,25 @@ def expected_speedup(
     return tokens / time_units if time_units > 0 else None
 
 
-def where_the_rest_goes(measured_over_expected: float | None, by_steps: bool = False) -> str:
+# Fewer drafts than this over all of a workload's runs: too few to judge a gap by.
+FEW_DRAFTS = 10
+
+
+def where_the_rest_goes(
+    measured_over_expected: float | None, by_steps: bool = False, drafts: float | None = None
+) -> str:
     """One sentence on the gap between the measured and the predicted speedup; `by_steps`
-    when verification steps were timed (else prompt batches priced them)."""
+    when verification steps were timed (else prompt batches priced them); `drafts` is how
+    many drafted steps the workload's runs had."""
     if measured_over_expected is None:
         return "No prediction: the server exposed no speculative counters for this run."
+    off = not 0.9 <= measured_over_expected < 1.1
+    if off and drafts is not None and 0 < drafts < FEW_DRAFTS:
+        return (
+            f"Only {drafts:.0f} drafted step(s) in all the runs: one draft more or fewer, or "
+            "a longer one, moves the measured speed more than a prediction priced at the "
+            "mean can follow."
+        )
     if measured_over_expected >= 1.1:
         if by_steps:
             return (
