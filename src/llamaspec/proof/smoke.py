@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -506,17 +505,23 @@ STRICT_ON_SOFTWARE = "LLAMASPEC_SMOKE_STRICT_ON_SOFTWARE"
 
 def software_device(artifact: Artifact) -> str | None:
     """The device name when every device the server sees is a software one, else None."""
+    from llamaspec import procs
+
     try:
-        proc = subprocess.run(
+        proc = procs.run(
             [str(artifact.server), "--list-devices"],
-            capture_output=True,
-            text=True,
             timeout=300,
             check=False,
+            what=f"{artifact.server.name} --list-devices",
         )
-    except (OSError, subprocess.TimeoutExpired):
+    except LlamaspecError:
         return None
-    devices = [MEMORY.sub("", m.group(1)).strip() for m in DEVICE_LINE.finditer(proc.stdout)]
+    return only_software(proc.stdout)
+
+
+def only_software(listing: str) -> str | None:
+    """The first device of a `--list-devices` listing when all of them are software ones."""
+    devices = [MEMORY.sub("", m.group(1)).strip() for m in DEVICE_LINE.finditer(listing)]
     if devices and all(SOFTWARE_DEVICE.search(d) for d in devices):
         return devices[0]
     return None
