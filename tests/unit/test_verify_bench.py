@@ -125,6 +125,18 @@ def test_methods_follow_the_binary() -> None:
     assert "d.gguf" in draft.argv
 
 
+def test_plain_control_runs_only_when_named() -> None:
+    help_text = "--spec-type none,draft-simple,ngram-simple,ngram-map-k,ngram-mod\n"
+    available = verify.methods_for("upstream", help_text, Path("d.gguf"), has_mtp=False)
+    everything = verify.choose_methods(available, None, Path("llama-server"))
+    assert "plain" not in [m.name for m in everything if isinstance(m, verify.Method)]
+    chosen = verify.choose_methods(available, ["plain", "draft"], Path("llama-server"))
+    assert [m.name for m in chosen if isinstance(m, verify.Method)] == ["plain", "draft"]
+    assert chosen[0].argv == ()  # type: ignore[union-attr]
+    with pytest.raises(LlamaspecError, match="plain: no speculation"):
+        verify.choose_methods(available, ["eagle"], Path("llama-server"))
+
+
 def test_verify_prompts_cover_short_code_prose_and_chat() -> None:
     names = [p.name for p in verify.VERIFY_PROMPTS]
     assert {"short", "code", "prose", "chat", "rewrite"} <= set(names)

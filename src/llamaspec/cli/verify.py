@@ -51,7 +51,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--method",
         action="append",
         default=[],
-        help="built-in models: only these methods (draft, ngram-simple, ngram-map-k, ngram-mod)",
+        help="built-in models: only these methods (draft, ngram-simple, ngram-map-k, "
+        "ngram-mod, draft+ngram-mod; plain: no speculation, the control that shows whether a "
+        "parallel difference is the engine's own batch variance)",
     )
     v.add_argument(
         "--mode",

@@ -294,19 +294,26 @@ def render_method(
     return list(dialects.render(dialect, spec, draft=draft).argv)
 
 
+# The control: the same server with no speculation. Its parallel mode measures the engine's
+# own batch invariance, which tells a speculation bug from plain batch variance.
+PLAIN = Method("plain", ())
+
+
 def choose_methods(
     available: Sequence[Method | str], wanted: Sequence[str] | None, binary: Path
 ) -> list[Method | str]:
+    """All available methods when none are named; `plain` only when asked for."""
     if not wanted:
         return list(available)
-    known = [m.name for m in available if isinstance(m, Method)]
+    offered = [PLAIN, *(m for m in available if isinstance(m, Method))]
+    known = [m.name for m in offered]
     unknown = [m for m in wanted if m not in known]
     if unknown:
         raise LlamaspecError(
             f"{binary} does not support speculative method(s) {', '.join(unknown)}; it "
-            f"supports: {', '.join(known)}."
+            f"supports: {', '.join(known)} (plain: no speculation, the control)."
         )
-    return [m for m in available if isinstance(m, Method) and m.name in wanted]
+    return [m for m in offered if m.name in wanted]
 
 
 def run_prompts(server: Server, prompts: Sequence[Prompt], parallel: bool) -> list[Completion]:
