@@ -292,7 +292,10 @@ def test_ik_hybrid_defect_names_the_series_and_stops_with_it_applied() -> None:
     (short,) = [d for d in defects_for(manifest) if d.id == "ik-spec-short-output"]
     assert "build with --patch ik-spec-full-output" in short.describe()
     manifest["patches"].append({"id": "ik-spec-full-output", "status": "applied"})
-    assert [d.id for d in defects_for(manifest)] == ["ik-hybrid-parallel-slots"]
+    assert [d.id for d in defects_for(manifest)] == [
+        "ik-hybrid-parallel-slots",
+        "ik-parallel-slots",
+    ]
 
 
 def test_verify_runs_the_hybrid_model_by_default_only_without_the_hybrid_defect() -> None:

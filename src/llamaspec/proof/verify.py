@@ -299,6 +299,11 @@ def render_method(
 PLAIN = Method("plain", ())
 
 
+def _under_test(method: str) -> str:
+    """What a report calls the output compared with the reference."""
+    return "control (no speculation)" if method == PLAIN.name else "speculative"
+
+
 def choose_methods(
     available: Sequence[Method | str], wanted: Sequence[str] | None, binary: Path
 ) -> list[Method | str]:
@@ -725,6 +730,7 @@ def markdown(report: VerifyReport) -> str:
                     f"{d} | {a} | |"
                 )
     for m in report.methods:
+        who = _under_test(m.method)
         for c in m.cases:
             if c.kind in ("identical", "within"):
                 continue
@@ -735,11 +741,9 @@ def markdown(report: VerifyReport) -> str:
             ]
             if c.defect:
                 lines.append(f"- known defect: {c.defect}")
-            lines += [f"- reference: `{c.reference}`", f"- speculative: `{c.speculative}`"]
+            lines += [f"- reference: `{c.reference}`", f"- {who}: `{c.speculative}`"]
             if c.max_gap is not None:
-                lines.append(
-                    f"- largest per-token gap of the speculative output: {_finite(c.max_gap)}"
-                )
+                lines.append(f"- largest per-token gap of the {who} output: {_finite(c.max_gap)}")
             lines += [f"- {o}" for o in c.over]
     lines += [
         "",
@@ -790,6 +794,7 @@ def print_table(report: VerifyReport, console: Console) -> None:
                 )
                 if c.kind != "known-defect":
                     console.print(
-                        f"    reference:   {c.reference}\n    speculative: {c.speculative}"
+                        f"    reference: {c.reference}\n    {_under_test(m.method)}: "
+                        f"{c.speculative}"
                     )
     console.print(f"verify: {'PASSED' if report.passed else 'FAILED'} ({report.wall_seconds:.0f}s)")
