@@ -62,6 +62,10 @@ def test_failures_and_report_pass_rule() -> None:
     assert r.passed and r.to_json()["methods"][0]["summary"]["parallel"]["failed"] == 0
     m.cases.append(verify.Case("q", "parallel", "different", 3))
     assert not r.passed and "different at token 3" in verify.markdown(r)
+    assert "- speculative: `" in verify.markdown(r)
+    control = verify.MethodResult("plain", [], cases=[verify.Case("q", "parallel", "different", 1)])
+    text = verify.markdown(verify.VerifyReport("id", "embedded", "strict", "m", [control]))
+    assert "- control (no speculation): `" in text and "- speculative" not in text
     skipped = verify.VerifyReport("id", "x", "strict", "m", [verify.MethodResult("a", [], "n/a")])
     assert not skipped.passed  # nothing ran: nothing is proven
 
