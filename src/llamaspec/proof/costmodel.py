@@ -180,8 +180,9 @@ def where_the_rest_goes(
     many drafted steps the workload's runs had."""
     if measured_over_expected is None:
         return "No prediction: the server exposed no speculative counters for this run."
-    off = not 0.9 <= measured_over_expected < 1.1
-    if off and drafts is not None and 0 < drafts < FEW_DRAFTS:
+    if 0.9 <= measured_over_expected < 1.1:
+        return "Measured and expected agree within 10%."
+    if drafts is not None and 0 < drafts < FEW_DRAFTS:
         return (
             f"Only {drafts:.0f} drafted step(s) in all the runs: one draft more or fewer, or "
             "a longer one, moves the measured speed more than a prediction priced at the "
@@ -199,8 +200,6 @@ def where_the_rest_goes(
             "timed under different thread scheduling than decode steps, and a plain decode step "
             "pays per-token sampling and bookkeeping that a batch shares."
         )
-    if measured_over_expected >= 0.9:
-        return "Measured and expected agree within 10%."
     if by_steps:
         return (
             "The rest goes to work the timed steps leave out: finding each draft in a longer "

@@ -22,6 +22,7 @@ from typing import Literal
 from rich.console import Console
 from rich.table import Table
 
+from llamaspec import procs
 from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
@@ -505,8 +506,6 @@ STRICT_ON_SOFTWARE = "LLAMASPEC_SMOKE_STRICT_ON_SOFTWARE"
 
 def software_device(artifact: Artifact) -> str | None:
     """The device name when every device the server sees is a software one, else None."""
-    from llamaspec import procs
-
     try:
         proc = procs.run(
             [str(artifact.server), "--list-devices"],

@@ -786,6 +786,7 @@ def print_table(report: VerifyReport, console: Console) -> None:
             )
     console.print(table)
     for m in report.methods:
+        who = _under_test(m.method)
         for c in m.cases:
             if c.kind not in ("identical", "within"):
                 console.print(
@@ -793,8 +794,5 @@ def print_table(report: VerifyReport, console: Console) -> None:
                     + (f" — {c.defect}" if c.defect else "")
                 )
                 if c.kind != "known-defect":
-                    console.print(
-                        f"    reference: {c.reference}\n    {_under_test(m.method)}: "
-                        f"{c.speculative}"
-                    )
+                    console.print(f"    reference: {c.reference}\n    {who}: {c.speculative}")
     console.print(f"verify: {'PASSED' if report.passed else 'FAILED'} ({report.wall_seconds:.0f}s)")
