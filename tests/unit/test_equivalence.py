@@ -66,6 +66,10 @@ def test_failures_and_report_pass_rule() -> None:
     control = verify.MethodResult("plain", [], cases=[verify.Case("q", "parallel", "different", 1)])
     text = verify.markdown(verify.VerifyReport("id", "embedded", "strict", "m", [control]))
     assert "- control (no speculation): `" in text and "- speculative" not in text
+    m.argv = ["--spec-type", "ngram-mod"]
+    r.server = ["llama-server", "-m", "m.gguf", "-np", "4"]
+    assert "Plain server: `llama-server -m m.gguf -np 4`" in verify.markdown(r)
+    assert "- draft: `--spec-type ngram-mod`" in verify.markdown(r)
     skipped = verify.VerifyReport("id", "x", "strict", "m", [verify.MethodResult("a", [], "n/a")])
     assert not skipped.passed  # nothing ran: nothing is proven
 

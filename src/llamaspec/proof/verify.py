@@ -117,6 +117,11 @@ def choose_prompts(names: Sequence[str]) -> tuple[Prompt, ...]:
     return tuple(p for p in VERIFY_PROMPTS if p.name in wanted)
 
 
+def shown(args: Sequence[str]) -> list[str]:
+    """Server arguments as a report shows them: files by their name only."""
+    return [Path(a).name if Path(a).is_file() else a for a in args]
+
+
 @dataclass(frozen=True)
 class Method:
     """A speculative method and the server arguments that turn it on."""
@@ -189,6 +194,7 @@ class VerifyReport:
     reference_sha256: str | None = None
     oracle_requests: int = 0
     wall_seconds: float = 0.0
+    server: list[str] = field(default_factory=list)  # the plain server's command line
 
     @property
     def passed(self) -> bool:
@@ -475,7 +481,7 @@ def _run_method(
 ) -> dict:
     """Run one method's server; `outputs[mode]` lists one output per prompt (the parallel
     mode repeated `setup.repeat` times, prompts in the same order each time)."""
-    res = MethodResult(m.name, [Path(a).name if Path(a).is_file() else a for a in m.argv])
+    res = MethodResult(m.name, shown(m.argv))
     outputs: dict[str, list[Completion]] = {}
     with running(artifact.server, [*setup.base, *m.argv], logs / f"{m.name}.log") as srv:
         for mode, parallel in (("sequential", False), ("parallel", True)):
@@ -626,6 +632,7 @@ def verify(
         )
         report = VerifyReport(artifact.id, name, tier, model.name, results, env, None, n)
     report.wall_seconds = time.monotonic() - t0
+    report.server = [artifact.server.name, *shown(base)]
     write(report, out_dir)
     print_table(report, console)
     return report
@@ -729,6 +736,17 @@ def markdown(report: VerifyReport) -> str:
                     f"{m.count('within', mode)} | {m.count('over-envelope', mode)} | {gap} | "
                     f"{d} | {a} | |"
                 )
+    if report.server:
+        lines += [
+            "",
+            f"Plain server: `{' '.join(report.server)}`; each method adds its arguments:",
+            "",
+            *(
+                f"- {m.method}: `{' '.join(m.argv) or '(none)'}`"
+                for m in report.methods
+                if not m.skipped
+            ),
+        ]
     for m in report.methods:
         who = _under_test(m.method)
         for c in m.cases:
