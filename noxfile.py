@@ -155,3 +155,10 @@ def doctor(session: nox.Session) -> None:
     """Toolchain preflight: `nox -s doctor -- [--backend vulkan] [--fix-vulkan-headers]`."""
     _install(session)
     session.run("llamaspec", "doctor", *session.posargs)
+
+
+@nox.session(name="gpu-acceptance")
+def gpu_acceptance(session: nox.Session) -> None:
+    """On an NVIDIA GPU: CUDA builds of both engines, smoke, verify, bench, tune → reports/."""
+    _install(session, "embedded", "smoke", "bench")
+    session.run("llamaspec", "gpu-acceptance", *session.posargs)

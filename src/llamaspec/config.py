@@ -158,6 +158,29 @@ class PatchEntry(Frozen):
         return self
 
 
+class CudaWheelFile(Frozen):
+    """One platform's file of a pinned CUDA wheel (llamaspec.lock `cuda_toolkit`)."""
+
+    file: str
+    sha256: Sha256
+    size: int = Field(gt=0)
+    unpacked: int = Field(gt=0)  # bytes once unzipped (the disk check adds these up)
+
+
+class CudaWheel(Frozen):
+    name: str
+    version: str
+    files: dict[str, CudaWheelFile]  # machine (`x86_64`) → its wheel
+
+
+class CudaToolkitLock(Frozen):
+    """The PyPI wheels a CUDA toolkit root is assembled from, and the driver it needs."""
+
+    release: str
+    driver_min: int = Field(gt=0)  # the oldest NVIDIA driver that runs this CUDA major
+    wheels: tuple[CudaWheel, ...]
+
+
 class EnginesFile(Frozen):
     engines: dict[str, Engine]
 

@@ -10,14 +10,16 @@ from llamaspec.config import FULL_SHA, Engine, PatchEntry, load_yaml_text
 from llamaspec.errors import LlamaspecError
 
 LOCK = "llamaspec.lock"
+# `cuda_toolkit`: the PyPI wheels (version, sha256, size) a CUDA toolkit is assembled from.
+SECTIONS = ("engines", "patches", "models", "cuda_toolkit")
 
 
 def load(root: Path) -> dict:
     path = root / LOCK
     if not path.is_file():
-        return {"engines": {}, "patches": {}, "models": {}}
+        return {key: {} for key in SECTIONS}
     data = load_yaml_text(path.read_text(), str(path)) or {}
-    return {key: data.get(key) or {} for key in ("engines", "patches", "models")}
+    return {key: data.get(key) or {} for key in SECTIONS}
 
 
 def save(root: Path, lock: dict) -> Path:
@@ -27,6 +29,7 @@ def save(root: Path, lock: dict) -> Path:
         "# applied in order, each as its diff against its first parent. An empty list means\n"
         "# the entry could not be resolved here (see `nox -s lock` output). `models` records the\n"
         "# hub commit and sha256 of every model file on its first verified download.\n"
+        "# `cuda_toolkit` pins the PyPI wheels `--cuda-toolkit pypi` assembles a toolkit from.\n"
     )
     lock = {k: v for k, v in lock.items() if v or k != "models"}
     tmp = path.with_name(f".{LOCK}.tmp")

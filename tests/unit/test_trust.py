@@ -368,7 +368,13 @@ def test_an_nvcc_that_prints_nothing_is_a_failed_check_not_a_crash(
     nvcc.chmod(0o755)
     monkeypatch.setenv("CUDACXX", str(nvcc))
     assert preflight.probe_nvcc(str(nvcc)).version == ()
-    (check,) = preflight.cuda_checks(None, [])
+    from llamaspec.engine.cuda_toolkit import Toolkit
+
+    toolkit = Toolkit(tmp_path / "toolkit", (), "a test", "test")
+    toolkit.nvcc.parent.mkdir(parents=True)
+    toolkit.nvcc.write_text(nvcc.read_text())
+    toolkit.nvcc.chmod(0o755)
+    (check,) = preflight.cuda_checks(None, toolkit)
     assert not check.ok and "names no CUDA release" in check.found
     glslc = tmp_path / "glslc"
     glslc.write_text("#!/bin/sh\nexit 1\n")

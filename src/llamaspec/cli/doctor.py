@@ -24,7 +24,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     options.add(d, "engine", "source", "source_dir")
     d.add_argument("--no-tree", action="store_true", help="skip checks that need the tree")
-    options.add(d, "cuda_arch", "defines")
+    options.add(d, "cuda_arch", "cuda_toolkit", "defines")
     d.add_argument(
         "--fix-vulkan-headers",
         action="store_true",
@@ -38,9 +38,11 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         return False
     from llamaspec import config
     from llamaspec.engine import backends, preflight, sources, toolchain
+    from llamaspec.engine import cuda_toolkit as cudatk
     from llamaspec.engine import vulkan_headers as vkheaders
     from llamaspec.engine.pipeline import resolve_options
     from llamaspec.errors import choose
+    from llamaspec.paths import project_root
 
     if args.fix_vulkan_headers:
         vkheaders.install(console.print)
@@ -60,7 +62,15 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             cuda_arch=args.cuda_arch if backend == "cuda" else None,
         )
         opts = resolve_options(spec, engine.name)
-        result = preflight.run(backend, tools, tree, opts.archs, opts.defines)
+        toolkit, note = None, ""
+        if backend == "cuda":
+            try:
+                toolkit = cudatk.resolve(args.cuda_toolkit, project_root(), console.print, False)
+            except cudatk.NotAssembled as exc:
+                note = exc.message
+        result = preflight.run(
+            backend, tools, tree, opts.archs, opts.defines, toolkit, doctor_note=note
+        )
         _print(result, console)
         if result.failures:
             failed.append(backend)

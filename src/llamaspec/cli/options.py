@@ -206,6 +206,16 @@ OPTIONS: tuple[Option, ...] = (
         metavar="ARCHS",
     ),
     Option(
+        ("--cuda-toolkit",),
+        "cuda_toolkit",
+        "CUDA toolkit: auto (default), system, pypi or a toolkit directory (backend cuda)",
+        "`auto` (default): a complete system toolkit, else the system's completed with the "
+        "pinned cuBLAS wheel, else one assembled from the pinned CUDA 13 wheels on PyPI "
+        "(`llamaspec.lock`, sha256-checked, cached); `system`; `pypi`; or a toolkit root `DIR`",
+        default="auto",
+        value="auto|system|pypi|DIR",
+    ),
+    Option(
         ("--jobs", "-j"),
         "jobs",
         "parallel compile jobs (1 or more)",

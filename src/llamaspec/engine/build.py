@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from llamaspec import __version__, procs
 from llamaspec.config import Engine
+from llamaspec.engine import cuda_toolkit as cudatk
 from llamaspec.engine import gitutil
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import reproducible as repro
@@ -162,9 +163,12 @@ def build(
     internal: Sequence[flags.Define] = (),
     manifest_extra: dict | None = None,
     check_reproducible: bool = False,
+    runtime_lib_dir: Path | None = None,
 ) -> Artifact:
     """Configure and build the server, install it into dist/<id>/ (a no-op when it exists).
 
+    `runtime_lib_dir`: the CUDA toolkit's lib/, whose runtime libraries the binaries link
+    are bundled into dist/<id>/lib (see install).
     `internal`: defines preflight found necessary (e.g. private header dirs).
     `check_reproducible`: then rebuild elsewhere, cold, and compare (see
     check_reproducible); the manifest records the result."""
@@ -232,7 +236,7 @@ def build(
         "build_seconds": {"configure": round(t1 - t0, 1), "compile": round(t2 - t1, 1)},
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    art = install(build_dir, engine, out, manifest, console, backend_dl=plan.backend_dl)
+    art = install(build_dir, engine, out, manifest, console, plan.backend_dl, runtime_lib_dir)
     if check_reproducible:
         return check_reproducible_artifact(
             art, engine, patched, defines, build_dir, tools, jobs, console, extra_targets
@@ -603,8 +607,13 @@ def install(
     manifest: dict,
     console: Console,
     backend_dl: bool = False,
+    runtime_lib_dir: Path | None = None,
 ) -> Artifact:
     """Copy the server and its shared libraries into dist/<id>/ atomically, with manifest.
+
+    `runtime_lib_dir` (CUDA): the toolkit libraries the binaries link (cudart, cuBLAS,
+    cuBLASLt) are copied into lib/ and listed in the manifest with their sha256; then every
+    ELF file must resolve each library inside the artifact, the driver's libcuda aside.
 
     `backend_dl` (GGML_BACKEND_DL=ON): ggml loads its backends (libggml-cpu-haswell.so, …)
     from the executable's directory, so bin/ links to each of them in lib/."""
@@ -636,6 +645,7 @@ def install(
         for module in sorted(bin_dir.glob("libggml-*.so")):
             if module.is_file() and not module.is_symlink():
                 (tmp / "bin" / module.name).symlink_to(Path("..") / "lib" / module.name)
+    bundled = bundle_runtime(tmp, runtime_lib_dir) if runtime_lib_dir else []
     version = _version(tmp / "bin" / engine.server_target)
     short = manifest["commit"][:7] if manifest["commit"] else None
     if short and short not in version:
@@ -647,6 +657,7 @@ def install(
         **manifest,
         "server_version": version,
         "binary_sha256": sha256_file(tmp / "bin" / engine.server_target),
+        **({"bundled_libs": bundled} if runtime_lib_dir else {}),
         "files": sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if not p.is_dir()),
         "files_sha256": repro.shipped(tmp),
     }
@@ -656,6 +667,27 @@ def install(
     os.replace(tmp, out)
     console.print(f"build: installed {out / 'bin' / engine.server_target} ({version})")
     return Artifact(manifest["artifact_id"], out, manifest, False)
+
+
+def bundle_runtime(tree: Path, lib_dir: Path) -> list[dict]:
+    """Copy the toolkit libraries the tree's binaries need into tree/lib; check with ldd."""
+    elfs = [p for p in (*tree.glob("bin/*"), *tree.glob("lib/*.so*")) if not p.is_symlink()]
+    bundled = []
+    for src in cudatk.runtime_libraries(elfs, lib_dir):
+        dest = tree / "lib" / src.name
+        shutil.copy2(src.resolve(), dest)
+        bundled.append(
+            {"name": src.name, "sha256": sha256_file(dest), "from": str(src.resolve().name)}
+        )
+    problems = cudatk.unresolved(tree)
+    if problems:
+        listing = "; ".join(f"{f}: {', '.join(v)}" for f, v in problems.items())
+        raise LlamaspecError(
+            f"The CUDA artifact would not run with only a driver installed: {listing}. The "
+            f"bundled libraries are {', '.join(b['name'] for b in bundled) or 'none'}; nothing "
+            "was installed into dist/."
+        )
+    return bundled
 
 
 def _version(server: Path) -> str:

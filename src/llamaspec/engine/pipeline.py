@@ -14,7 +14,7 @@ from rich.console import Console
 
 from llamaspec import config
 from llamaspec import lock as lockfile
-from llamaspec.engine import backends, preflight, sources, toolchain
+from llamaspec.engine import backends, cuda_toolkit, preflight, sources, toolchain
 from llamaspec.engine import build as build_stage
 from llamaspec.engine import patch_queue as patches
 from llamaspec.engine import profiles as flags
@@ -40,6 +40,7 @@ class BuildSpec:
     patch_source: str | None = None
     variants: tuple[str, ...] = ()
     cuda_arch: str | None = None
+    cuda_toolkit: str = "auto"
     check_reproducible: bool = False
 
 
@@ -93,8 +94,18 @@ def _run_build(
     if record is None:  # a candidate record is in no lock yet
         lockfile.check_pin(engine, spec.pin or engine.pin, locked)
     tools = toolchain.detect()
-    preflight.run(backend, tools, None, resolved.archs, resolved.defines).require()
     say = console.print
+    toolkit = None
+    if backend == "cuda":
+        project = root or _root()
+        cuda_toolkit.check_archs_before_download(spec.cuda_toolkit, resolved.archs, project)
+        toolkit = cuda_toolkit.resolve(spec.cuda_toolkit, project, say)
+    elif spec.cuda_toolkit != "auto":
+        raise LlamaspecError(
+            f"--cuda-toolkit applies to --backend cuda only, not {backend!r}; drop it or build "
+            "CUDA."
+        )
+    preflight.run(backend, tools, None, resolved.archs, resolved.defines, toolkit).require()
     tree = sources.fetch(engine, spec.pin, spec.source, spec.source_dir, say)
     patched = patches.apply(
         tree,
@@ -105,7 +116,7 @@ def _run_build(
         lock=locked,
         patch_source=spec.patch_source,
     )
-    checked = preflight.run(backend, tools, patched.path, resolved.archs, resolved.defines)
+    checked = preflight.run(backend, tools, patched.path, resolved.archs, resolved.defines, toolkit)
     for check in checked.checks:
         console.print(f"preflight: {check.name}: {check.found}")
     checked.require()
@@ -122,6 +133,7 @@ def _run_build(
         internal=checked.defines,
         manifest_extra={"preflight": checked.summary(), "user_config": resolved.config_file},
         check_reproducible=spec.check_reproducible,
+        runtime_lib_dir=toolkit.lib_dir if toolkit else None,
     )
     console.print(f"artifact: {artifact.id} → {artifact.path}")
     return artifact

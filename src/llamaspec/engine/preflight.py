@@ -6,16 +6,15 @@ when a required piece is missing, with the command that installs it.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from llamaspec import procs
 from llamaspec.engine import backends
+from llamaspec.engine import cuda_toolkit as cudatk
 from llamaspec.engine import vulkan_headers as vkheaders
 from llamaspec.engine.profiles import Define
 from llamaspec.engine.toolchain import Toolchain
@@ -143,123 +142,71 @@ def common_checks(tools: Toolchain, backend: str, tree: Path | None) -> list[Che
 class Nvcc:
     path: str
     version: tuple[int, ...]
-    include_dirs: tuple[Path, ...]
-    lib_dirs: tuple[Path, ...]
     archs: tuple[int, ...]
 
 
-def find_nvcc(defines: Sequence[Define]) -> str | None:
-    for cand in (
-        _user(defines, "CMAKE_CUDA_COMPILER"),
-        os.environ.get("CUDACXX"),
-        shutil.which("nvcc"),
-        "/usr/local/cuda/bin/nvcc",
-    ):
-        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
-            return cand
-    return None
-
-
 def probe_nvcc(path: str) -> Nvcc:
-    """nvcc's version, the include/library dirs it compiles with, and the archs it knows."""
+    """nvcc's version and the archs it can compile for."""
     release = re.search(r"release ([\d.]+)", _out([path, "--version"]))
     version = _version(release.group(1)) if release else ()
-    with tempfile.TemporaryDirectory() as tmp:
-        dry = _out([path, "--dryrun", "-c", str(Path(tmp) / "x.cu"), "-o", str(Path(tmp) / "x.o")])
-    includes = re.findall(r'-I"?([^"\s]+)', _line(dry, "INCLUDES"))
-    libs = re.findall(r'-L"?([^"\s]+)', _line(dry, "LIBRARIES"))
-    top = _line(dry, "TOP").split("=", 1)[-1].strip()
-    inc = [Path(p) for p in includes] + ([Path(top) / "include"] if top else [])
-    lib = [Path(p) for p in libs if not p.endswith("stubs")]
-    lib += [Path(top) / d for d in ("lib64", "lib")] if top else []
-    inc = [Path(os.path.normpath(p)) for p in inc]
-    lib = [Path(os.path.normpath(p)) for p in lib]
     archs = sorted({int(n) for n in re.findall(r"compute_(\d+)", _out([path, "--list-gpu-arch"]))})
-    return Nvcc(path, version, tuple(inc), tuple(lib), tuple(archs))
+    return Nvcc(path, version, tuple(archs))
 
 
-def _line(text: str, key: str) -> str:
-    m = re.search(rf"^#\$ {key}=(.*)$", text, re.M)
-    return m.group(1) if m else ""
+def cuda_checks(
+    archs: tuple[str, ...] | None,
+    toolkit: cudatk.Toolkit | None,
+    doctor_note: str = "",
+) -> list[Check]:
+    """The toolkit (which, version, origin, pieces), the archs and the driver.
 
-
-def _cuda_pkg(version: tuple[int, ...]) -> str:
-    return f"{version[0]}-{version[1]}" if len(version) >= 2 else "X-Y"
-
-
-def cuda_checks(archs: tuple[str, ...] | None, defines: Sequence[Define]) -> list[Check]:
-    nvcc_path = find_nvcc(defines)
-    if not nvcc_path:
+    `toolkit` is None where it is not resolved yet (doctor before a first CUDA build):
+    `doctor_note` then says what a build would do."""
+    if toolkit is None:
         return [
-            Check(
-                "nvcc",
-                False,
-                "no nvcc on PATH, in CUDACXX or /usr/local/cuda/bin",
-                "install the CUDA toolkit (NVIDIA's CUDA apt repository: "
-                "`apt-get install cuda-toolkit-13-0`; Debian: `apt-get install "
-                "nvidia-cuda-toolkit`) or set CUDACXX to nvcc's path",
-            )
+            Check("CUDA toolkit", True, doctor_note or "not resolved", required=False),
+            _driver_check(None),
         ]
-    nvcc = probe_nvcc(nvcc_path)
+    nvcc = probe_nvcc(str(toolkit.nvcc))
     if not nvcc.version:
         return [
             Check(
                 "nvcc",
                 False,
-                f"{nvcc_path} --version names no CUDA release (not a working nvcc?)",
-                "check that this nvcc runs (`nvcc --version`), or set CUDACXX to a working one",
+                f"{toolkit.nvcc} --version names no CUDA release (not a working nvcc?)",
+                "check that this nvcc runs (`nvcc --version`), or choose another toolkit with "
+                "--cuda-toolkit",
             )
         ]
-    pkg = _cuda_pkg(nvcc.version)
-    checks = [Check("nvcc", True, f"{nvcc_path}: CUDA {_dotted(nvcc.version)}")]
-    header = next(
-        (d / "cublas_v2.h" for d in nvcc.include_dirs if (d / "cublas_v2.h").is_file()), None
-    )
-    lib = next(
-        (p for d in nvcc.lib_dirs for p in sorted(d.glob("libcublas.so*")) if p.exists()), None
-    )
-    where = ", ".join(str(d) for d in dict.fromkeys(nvcc.include_dirs)) or "(none)"
-    fix = (
-        f"install cuBLAS for CUDA {_dotted(nvcc.version[:2])}: `apt-get install "
-        f"libcublas-dev-{pkg}` (NVIDIA's CUDA apt repository), or for a toolkit assembled from "
-        f"pip wheels `pip install 'nvidia-cublas=={_dotted(nvcc.version[:2])}.*'` and copy its "
-        "include/ and lib/ into the toolkit"
-    )
-    checks.append(
+    release = _dotted(nvcc.version[:2])
+    gaps = cudatk.missing(toolkit.root)
+    checks = [
         Check(
-            "cuBLAS headers",
-            header is not None,
-            str(header) if header else f"no cublas_v2.h in nvcc's include dirs ({where})",
-            fix,
-        )
-    )
-    libdirs = ", ".join(str(d) for d in dict.fromkeys(nvcc.lib_dirs)) or "(none)"
-    checks.append(
+            "CUDA toolkit",
+            not gaps,
+            f"CUDA {release}: {toolkit.origin}" + (f"; lacks {', '.join(gaps)}" if gaps else ""),
+            "use --cuda-toolkit auto (completes a toolkit that lacks cuBLAS from PyPI) or "
+            f"install cuBLAS for CUDA {release} (`apt-get install libcublas-dev-"
+            f"{_cuda_pkg(nvcc.version)}` from NVIDIA's CUDA apt repository)",
+        ),
         Check(
-            "cuBLAS libraries",
-            lib is not None,
-            str(lib) if lib else f"no libcublas.so in nvcc's library dirs ({libdirs})",
-            fix,
-        )
-    )
+            "CUDA version",
+            nvcc.version[:2] >= cudatk.CUDA_MIN,
+            f"CUDA {release} (the engines need ≥ {_dotted(cudatk.CUDA_MIN)})",
+            f"use a CUDA toolkit ≥ {_dotted(cudatk.CUDA_MIN)}: --cuda-toolkit pypi assembles "
+            "CUDA 13 from PyPI",
+        ),
+    ]
     supported = ", ".join(map(str, nvcc.archs))
-    if archs is None:
-        checks.append(
-            Check(
-                "CUDA archs",
-                True,
-                "not chosen: the tree picks (native when a GPU is present, else a fixed list); "
-                f"nvcc {_dotted(nvcc.version[:2])} supports {supported}",
-            )
-        )
-    elif archs == ("native",):
+    if archs is None or archs == ("native",):
         gpu = _gpus()
         checks.append(
             Check(
                 "CUDA archs",
                 bool(gpu),
-                f"native → {gpu}" if gpu else "native, but no GPU is visible to detect",
-                f"give the GPU's SM numbers, e.g. --cuda-arch 86 (nvcc supports {supported})",
+                f"native → {gpu}" if gpu else "native (none given), but no GPU is visible",
+                f"give the GPUs' SM numbers, e.g. --cuda-arch 90 (nvcc {release} supports "
+                f"{supported})",
             )
         )
     else:
@@ -270,32 +217,49 @@ def cuda_checks(archs: tuple[str, ...] | None, defines: Sequence[Define]) -> lis
                 not unknown,
                 f"{';'.join(archs)}"
                 + (
-                    f": nvcc {_dotted(nvcc.version[:2])} cannot compile for "
-                    + ", ".join(f"sm_{n}" for n in unknown)
+                    f": nvcc {release} cannot compile for " + ", ".join(f"sm_{n}" for n in unknown)
                     if unknown
                     else f" (nvcc supports {supported})"
                 ),
                 f"choose from {supported}, or use a CUDA toolkit that still supports "
-                + ", ".join(f"sm_{n}" for n in unknown),
+                + ", ".join(f"sm_{n}" for n in unknown)
+                + " (CUDA 12: --cuda-toolkit system or DIR)",
             )
         )
-    driver = _gpus()
-    checks.append(
-        Check(
-            "NVIDIA driver",
-            True,
-            driver or "no GPU/driver visible (needed to run the build, not to compile it)",
-            required=False,
-        )
-    )
+    checks.append(_driver_check(nvcc.version[0]))
     return checks
 
 
+def _driver_check(cuda_major: int | None) -> Check:
+    """The driver where one is visible: does it run this CUDA major? Too old is refused."""
+    driver = cudatk.driver_version()
+    if driver is None:
+        return Check(
+            "NVIDIA driver",
+            True,
+            "no GPU/driver visible (needed to run the build, not to compile it)",
+            required=False,
+        )
+    if cuda_major is None:
+        return Check("NVIDIA driver", True, f"driver {driver}", required=False)
+    need = cudatk.DRIVER_MIN.get(cuda_major, 0)
+    ok = cudatk.driver_ok(driver, cuda_major)
+    return Check(
+        "NVIDIA driver",
+        ok,
+        f"driver {driver}: "
+        + (f"runs CUDA {cuda_major}" if ok else f"too old for CUDA {cuda_major} (needs ≥ {need})"),
+        f"update the NVIDIA driver to ≥ {need}, or build with a CUDA 12 system toolkit that "
+        "this driver runs (--cuda-toolkit system or --cuda-toolkit DIR)",
+    )
+
+
+def _cuda_pkg(version: tuple[int, ...]) -> str:
+    return f"{version[0]}-{version[1]}" if len(version) >= 2 else "X-Y"
+
+
 def _gpus() -> str:
-    if not shutil.which("nvidia-smi"):
-        return ""
-    out = _out(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"], 30)
-    return "; ".join(ln.strip() for ln in out.splitlines() if "," in ln)
+    return "; ".join(cudatk.gpu_names())
 
 
 # ---------------------------------------------------------------- Vulkan
@@ -474,13 +438,18 @@ def run(
     tree: Path | None = None,
     cuda_archs: tuple[str, ...] | None = None,
     defines: Sequence[Define] = (),
+    toolkit: cudatk.Toolkit | None = None,
+    doctor_note: str = "",
 ) -> Preflight:
-    """Every check for `backend`; tree-dependent checks only when `tree` is given."""
+    """Every check for `backend`; tree-dependent checks only when `tree` is given.
+
+    CUDA: `toolkit` is the resolved toolkit (its defines go to the build)."""
     backends.check_backend(backend)
     checks = common_checks(tools, backend, tree)
     extra: list[Define] = []
     if backend == "cuda":
-        checks += cuda_checks(cuda_archs, defines)
+        checks += cuda_checks(cuda_archs, toolkit, doctor_note)
+        extra += toolkit.defines() if toolkit else []
     elif backend == "vulkan":
         vk, extra = vulkan_checks(tree, defines)
         checks += vk

@@ -1,0 +1,123 @@
+"""`llamaspec gpu-acceptance`: every GPU promise checked in one command, on an NVIDIA GPU.
+
+CUDA builds of both engines at their default pins (each smoke-tested), the strict and
+oracle tiers of verify, the ngram recipe and the tuned one benchmarked, and a short tune;
+every report goes under --reports, and a summary names the GPU and the driver. Without a
+visible NVIDIA GPU it stops before doing anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from llamaspec.cli import options
+from llamaspec.errors import LlamaspecError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+ENGINES = ("llama.cpp", "ik_llama.cpp")
+RECIPES = ("gemma3-270m-ngram", "gemma3-270m-ngram-tuned")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    g = sub.add_parser(
+        "gpu-acceptance",
+        help="on an NVIDIA GPU: build CUDA for both engines, smoke, verify, bench, tune",
+    )
+    options.add(g, "cuda_arch", "cuda_toolkit", "source", "jobs")
+    g.add_argument("--dist", type=Path, default=Path("dist"))
+    g.add_argument("--reports", type=Path, default=Path("reports"))
+    g.add_argument(
+        "--engine", action="append", default=[], help="only these engines (default: both)"
+    )
+    g.add_argument("--tune-budget", type=float, default=5.0, help="minutes for tune (default 5)")
+
+
+def steps(args: argparse.Namespace, artifacts: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """The commands after the builds, per engine artifact (llamaspec argv)."""
+    out: list[tuple[str, list[str]]] = []
+    common = ["--dist", str(args.dist), "--reports", str(args.reports)]
+    for engine, aid in artifacts.items():
+        art = ["--artifact", aid, *common]
+        out.append((f"{engine}: verify strict", ["verify", "--tier", "strict", *art]))
+        out.append((f"{engine}: verify oracle", ["verify", "--tier", "oracle", *art]))
+        for recipe in RECIPES:
+            out.append((f"{engine}: bench {recipe}", ["bench", recipe, *art]))
+        budget = str(args.tune_budget)
+        out.append((f"{engine}: tune", ["tune", RECIPES[0], "--budget", budget, *art]))
+    return out
+
+
+def dispatch(args: argparse.Namespace, console: Console) -> bool:
+    if args.command != "gpu-acceptance":
+        return False
+    from llamaspec.cli.main import main
+    from llamaspec.engine import cuda_toolkit as cudatk
+    from llamaspec.engine.build import newest_artifact
+    from llamaspec.errors import choose
+
+    gpus = cudatk.gpu_names()
+    driver = cudatk.driver_version()
+    if not gpus:
+        raise LlamaspecError(
+            "gpu-acceptance needs an NVIDIA GPU, and none is visible here (`nvidia-smi` is "
+            f"{'missing' if driver is None else 'listing no GPU'}); nothing was built. Run it "
+            "on a machine with a GPU and its driver (README: 'CUDA: the GPU acceptance run' "
+            "says what to carry to one without a network)."
+        )
+    engines = [choose("engine", e, ENGINES) for e in args.engine] or list(ENGINES)
+    args.reports.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+
+    def run(name: str, argv: list[str]) -> bool:
+        console.print(f"gpu-acceptance: {name}: llamaspec {' '.join(argv)}")
+        t0 = time.monotonic()
+        code = main(argv)
+        rows.append({"step": name, "argv": argv, "exit": code, "seconds": time.monotonic() - t0})
+        return code == 0
+
+    arch = args.cuda_arch or "native"
+    build = ["build", "--backend", "cuda", "--cuda-arch", arch, "--dist", str(args.dist)]
+    build += ["--cuda-toolkit", args.cuda_toolkit, "--source", args.source]
+    build += ["--jobs", str(args.jobs)] if args.jobs else []
+    artifacts: dict[str, str] = {}
+    for engine in engines:
+        if run(f"{engine}: build and smoke", [*build, "--engine", engine]):
+            artifacts[engine] = newest_artifact(args.dist, engine)
+    for name, argv in steps(args, artifacts):
+        run(name, argv)
+    gpu_text = "; ".join(gpus)
+    record = {"gpus": gpus, "driver": driver, "artifacts": artifacts, "steps": rows}
+    slug = gpus[0].split(",")[0].strip().lower().replace(" ", "-")
+    out = args.reports / f"gpu-acceptance-{slug}"
+    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    lines = [
+        f"# GPU acceptance on {gpu_text}",
+        "",
+        f"Driver {driver}; artifacts: "
+        + (", ".join(f"{e} `{a}`" for e, a in artifacts.items()) or "none built")
+        + ". Each step's own report is beside this one.",
+        "",
+        "| step | exit | seconds | command |",
+        "|---|---|---|---|",
+        *(
+            f"| {r['step']} | {r['exit']} | {r['seconds']:.0f} | "
+            f"`llamaspec {' '.join(r['argv'])}` |"
+            for r in rows
+        ),
+        "",
+    ]
+    out.with_suffix(".md").write_text("\n".join(lines))
+    console.print(f"gpu-acceptance: summary in {out}.md")
+    failed = [r["step"] for r in rows if r["exit"] != 0]
+    if failed:
+        raise LlamaspecError(
+            f"gpu-acceptance: {len(failed)} of {len(rows)} steps failed ({', '.join(failed)}); "
+            f"their output is above and the summary in {out}.md."
+        )
+    return True

@@ -1,0 +1,189 @@
+"""--cuda-toolkit: wheels from a local pip index, checked against a lock, assembled whole.
+
+The wheels are small ones the test writes (a shell-script nvcc that prints a CUDA release,
+headers and libraries as plain files); pip downloads them from a local directory, so the
+real download, checking and unpacking code runs without a network.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from llamaspec.engine import cuda_toolkit as ct
+from llamaspec.errors import LlamaspecError
+
+pytestmark = pytest.mark.unit
+NVCC = "#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n"
+WHEELS = {
+    "nvidia-cuda-nvcc": {"bin/nvcc": NVCC, "bin/nvcc.profile": "TOP = $(_HERE_)/..\n"},
+    "nvidia-nvvm": {"nvvm/bin/cicc": "#!/bin/sh\n", "lib/libnvvm.so.4": "ELF"},
+    "nvidia-cuda-runtime": {"include/cuda_runtime.h": "", "lib/libcudart.so.13": "ELF"},
+    "nvidia-cublas": {
+        "include/cublas_v2.h": "",
+        "lib/libcublas.so.13": "ELF",
+        "lib/libcublasLt.so.13": "ELF",
+    },
+}
+
+
+def _wheel(dest: Path, name: str, files: dict[str, str]) -> tuple[str, Path]:
+    """A minimal valid wheel: the files under nvidia/cu13/ plus dist-info."""
+    dist = name.replace("-", "_")
+    path = dest / f"{dist}-13.0.1-py3-none-{ct.machine() and 'manylinux2014_' + ct.machine()}.whl"
+    info = f"{dist}-13.0.1.dist-info"
+    record = []
+    with zipfile.ZipFile(path, "w") as z:
+        entries = {f"nvidia/cu13/{k}": v for k, v in files.items()}
+        entries[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 13.0.1\n"
+        entries[f"{info}/WHEEL"] = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        entries[f"{info}/WHEEL"] += f"Tag: py3-none-manylinux2014_{ct.machine()}\n"
+        for arc, text in entries.items():
+            zi = zipfile.ZipInfo(arc)
+            zi.external_attr = (0o100755 if "bin/" in arc else 0o100644) << 16
+            z.writestr(zi, text)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+            record.append(f"{arc},sha256={digest.decode()},{len(text)}")
+        z.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+    return f"{name}==13.0.1", path
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """(project with a llamaspec.lock pinning the test wheels, the pip find-links dir)."""
+    links = tmp_path / "links"
+    links.mkdir()
+    wheels = []
+    for name, files in WHEELS.items():
+        _, path = _wheel(links, name, files)
+        data = path.read_bytes()
+        wheels.append(
+            {
+                "name": name,
+                "version": "13.0.1",
+                "files": {
+                    ct.machine(): {
+                        "file": path.name,
+                        "sha256": hashlib.sha256(data).hexdigest(),
+                        "size": len(data),
+                        "unpacked": 1000,
+                    }
+                },
+            }
+        )
+    project = tmp_path / "project"
+    project.mkdir()
+    lock = {"cuda_toolkit": {"release": "13.0", "driver_min": 580, "wheels": wheels}}
+    (project / "llamaspec.lock").write_text(yaml.safe_dump(lock))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    return project, links
+
+
+def test_pypi_assembles_a_whole_root_once(index: tuple[Path, Path]) -> None:
+    project, links = index
+    said: list[str] = []
+    tk = ct.resolve("pypi", project, said.append)
+    assert ct.missing(tk.root) == [] and tk.version == (13, 0)
+    assert (tk.root / ".complete").is_file() and (tk.root / "lib64").resolve() == tk.lib_dir
+    assert os.readlink(tk.lib_dir / "libcublas.so") == "libcublas.so.13"
+    assert (tk.root / "targets" / f"{ct.machine()}-linux" / "include" / "cublas_v2.h").exists()
+    assert os.access(tk.nvcc, os.X_OK)
+    names = {d.name: d for d in tk.defines()}
+    assert names["CMAKE_CUDA_COMPILER"].value == str(tk.nvcc)
+    assert names["GGML_CUDA_NO_VMM"].value == "ON"  # the wheels ship no libcuda.so
+    assert str(tk.root) not in (names["CUDAToolkit_ROOT"].key or str(tk.root))
+    assert sum("downloading" in s for s in said) == 4
+    for wheel in links.iterdir():
+        wheel.unlink()  # a second resolve neither downloads nor unpacks
+    again: list[str] = []
+    assert ct.resolve("pypi", project, again.append).root == tk.root and again == []
+
+
+def test_a_wheel_whose_sha256_differs_from_the_lock_is_deleted(index) -> None:
+    project, links = index
+    victim = next(links.glob("nvidia_cublas-*"))
+    with zipfile.ZipFile(victim, "a") as z:
+        z.writestr("nvidia/cu13/include/extra.h", "tampered")
+    with pytest.raises(LlamaspecError) as err:
+        ct.resolve("pypi", project, lambda _m: None)
+    assert "llamaspec.lock pins" in err.value.message and "nothing was unpacked" in err.value.message
+    store = Path(os.environ["LLAMASPEC_CACHE"]) / "cuda-wheels"
+    assert not (store / victim.name).exists()
+    assert not list((Path(os.environ["LLAMASPEC_CACHE"]) / "cuda-toolkit").glob("pypi-*"))
+
+
+def test_an_interrupted_assembly_is_never_used(index) -> None:
+    project, _ = index
+    lock = ct.pinned(project)
+    base = Path(os.environ["LLAMASPEC_CACHE"]) / "cuda-toolkit"
+    half = base / ct.root_name(lock, None)
+    (half / "bin").mkdir(parents=True)  # a root without .complete, as a killed run leaves it
+    stale = base / ".tmp-x-999999999"
+    stale.mkdir()
+    tk = ct.resolve("pypi", project, lambda _m: None)
+    assert tk.root == half and not ct.missing(half) and not stale.exists()
+
+
+def test_too_little_disk_is_refused_before_downloading(index) -> None:
+    project, _ = index
+    lock = yaml.safe_load((project / "llamaspec.lock").read_text())
+    lock["cuda_toolkit"]["wheels"][0]["files"][ct.machine()]["unpacked"] = 10**16
+    (project / "llamaspec.lock").write_text(yaml.safe_dump(lock))
+    with pytest.raises(LlamaspecError) as err:
+        ct.resolve("pypi", project, lambda _m: None)
+    assert "Not enough disk for the CUDA toolkit" in err.value.message
+    assert "nothing was downloaded" in err.value.message
+    assert not (Path(os.environ["LLAMASPEC_CACHE"]) / "cuda-wheels").exists()
+
+
+def test_a_directory_names_the_missing_piece(tmp_path: Path) -> None:
+    root = tmp_path / "cuda"
+    for rel, text in {**WHEELS["nvidia-cuda-nvcc"], **WHEELS["nvidia-nvvm"]}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "bin" / "nvcc").chmod(0o755)
+    for rel in WHEELS["nvidia-cuda-runtime"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("")
+    with pytest.raises(LlamaspecError) as err:
+        ct.resolve(str(root), tmp_path, lambda _m: None)
+    assert "lacks cuBLAS headers, cuBLAS libraries" in err.value.message
+    (root / "bin" / "nvcc").unlink()
+    with pytest.raises(LlamaspecError) as err:
+        ct.resolve(str(root), tmp_path, lambda _m: None)
+    assert "lacks nvcc" in err.value.message
+    with pytest.raises(LlamaspecError, match="no such directory"):
+        ct.resolve(str(tmp_path / "nope"), tmp_path, lambda _m: None)
+    with pytest.raises(LlamaspecError, match="is empty"):
+        ct.resolve("  ", tmp_path, lambda _m: None)
+
+
+def test_archs_the_pinned_toolkit_cannot_target_are_refused_before_download(index) -> None:
+    project, _ = index
+    with pytest.raises(LlamaspecError) as err:
+        ct.check_archs_before_download("pypi", ("61", "86"), project)
+    assert "cannot compile for sm_61" in err.value.message and "sm_75" in err.value.message
+    ct.check_archs_before_download("pypi", ("75", "90a-real"), project)
+
+
+def test_driver_versions_against_cuda_majors() -> None:
+    assert ct.driver_ok("580.65.06", 13) and not ct.driver_ok("575.57.08", 13)
+    assert ct.driver_ok("550.54.15", 12) and not ct.driver_ok("garbage", 13)
+
+
+def test_runtime_libraries_follow_needed_entries(tmp_path: Path) -> None:
+    """DT_NEEDED read by the real readelf from real binaries (the system's own libraries)."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    true = Path("/bin/true").resolve()
+    libc = next(n for n in ct.needed(true) if n.startswith("libc.so"))
+    assert ct.runtime_libraries([true], lib) == []  # libc is no CUDA runtime library
+    assert libc == "libc.so.6"
