@@ -162,3 +162,10 @@ def gpu_acceptance(session: nox.Session) -> None:
     """On an NVIDIA GPU: CUDA builds of both engines, smoke, verify, bench, tune → reports/."""
     _install(session, "embedded", "smoke", "bench")
     session.run("llamaspec", "gpu-acceptance", *session.posargs)
+
+
+@nox.session(name="cuda-compile-check")
+def cuda_compile_check(session: nox.Session) -> None:
+    """No GPU needed: `nox -s cuda-compile-check -- --engine E --cuda-arch 90` (PyPI toolkit)."""
+    _install(session)
+    session.run("llamaspec", "cuda-compile-check", *session.posargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,11 +10,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def llamaspec(*args: str, cwd: Path = ROOT, timeout: float = 3600) -> subprocess.CompletedProcess:
-    """Run the real `llamaspec` CLI in a subprocess, output captured (and echoed on failure)."""
+def llamaspec(
+    *args: str, cwd: Path = ROOT, timeout: float = 3600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run the real `llamaspec` CLI in a subprocess, output captured; `env` adds variables."""
     return subprocess.run(
         [sys.executable, "-m", "llamaspec.cli", *args],
         cwd=cwd,
+        env={**os.environ, **env} if env else None,
         capture_output=True,
         text=True,
         timeout=timeout,

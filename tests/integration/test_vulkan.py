@@ -146,8 +146,10 @@ def test_vulkan_smoke_passes_on_lavapipe(vulkan_build) -> None:
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "smoke: PASSED" in output, output
     report = json.loads((artifact.path / "smoke.json").read_text())
-    assert {r["prompt"] for r in report["results"]} == {"code", "prose"}
-    assert report["accepted"] > 0
+    # a software device: one code prompt, short drafts (README: "Vulkan on lavapipe")
+    assert [r["prompt"] for r in report["results"]] == ["code"]
+    assert report["drafted"] > 0 and report["accepted"] > 0
+    assert "draft length 2" in " ".join(output.split())
     # on a GPU backend the F32 comparison informs (batch invariance of F32 decoding is
     # established on the CPU backend only); on a software device it is left out, saying why
     assert report["strict_gates"] is False and report["strict"] == []

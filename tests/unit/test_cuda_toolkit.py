@@ -114,7 +114,9 @@ def test_a_wheel_whose_sha256_differs_from_the_lock_is_deleted(index) -> None:
         z.writestr("nvidia/cu13/include/extra.h", "tampered")
     with pytest.raises(LlamaspecError) as err:
         ct.resolve("pypi", project, lambda _m: None)
-    assert "llamaspec.lock pins" in err.value.message and "nothing was unpacked" in err.value.message
+    assert (
+        "llamaspec.lock pins" in err.value.message and "nothing was unpacked" in err.value.message
+    )
     store = Path(os.environ["LLAMASPEC_CACHE"]) / "cuda-wheels"
     assert not (store / victim.name).exists()
     assert not list((Path(os.environ["LLAMASPEC_CACHE"]) / "cuda-toolkit").glob("pypi-*"))

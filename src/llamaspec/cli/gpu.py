@@ -25,6 +25,13 @@ RECIPES = ("gemma3-270m-ngram", "gemma3-270m-ngram-tuned")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser(
+        "cuda-compile-check",
+        help="no GPU needed: configure CUDA and compile a few representative CUDA sources",
+    )
+    options.add(c, "engine", "pin", "source", "source_dir", "cuda_arch", "cuda_toolkit")
+    options.add(c, "patch", "no_patch", "variants", "defines", "jobs")
+    c.add_argument("--out", type=Path, help="write the record (per-object seconds) as JSON")
     g = sub.add_parser(
         "gpu-acceptance",
         help="on an NVIDIA GPU: build CUDA for both engines, smoke, verify, bench, tune",
@@ -54,6 +61,13 @@ def steps(args: argparse.Namespace, artifacts: dict[str, str]) -> list[tuple[str
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
+    if args.command == "cuda-compile-check":
+        from llamaspec.engine import cuda_check
+
+        record = cuda_check.run(options.build_spec(args, backend="cuda"), console)
+        if args.out:
+            args.out.write_text(json.dumps(record, indent=2) + "\n")
+        return True
     if args.command != "gpu-acceptance":
         return False
     from llamaspec.cli.main import main

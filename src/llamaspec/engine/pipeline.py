@@ -75,9 +75,23 @@ def _os_error(exc: OSError) -> str:
     return f"{exc.strerror or exc}{where}"
 
 
-def _run_build(
-    spec: BuildSpec, console: Console, root: Path | None, record: config.Engine | None
-) -> build_stage.Artifact:
+@dataclass(frozen=True)
+class Prepared:
+    """A fetched, patched tree whose toolchain passed preflight: what configure needs."""
+
+    engine: config.Engine
+    patched: patches.PatchedTree
+    backend: str
+    resolved: Options
+    tools: toolchain.Toolchain
+    checked: preflight.Preflight
+    toolkit: cuda_toolkit.Toolkit | None
+
+
+def prepare(
+    spec: BuildSpec, console: Console, root: Path | None, record: config.Engine | None = None
+) -> Prepared:
+    """Validate `spec`, fetch and patch the tree, and run preflight on it."""
     # Every input is validated before any work, and before the tools are looked for: a typo
     # is reported as a typo even on a machine without a compiler.
     build_stage.check_dist(spec.dist)
@@ -120,20 +134,27 @@ def _run_build(
     for check in checked.checks:
         console.print(f"preflight: {check.name}: {check.found}")
     checked.require()
+    return Prepared(engine, patched, backend, resolved, tools, checked, toolkit)
+
+
+def _run_build(
+    spec: BuildSpec, console: Console, root: Path | None, record: config.Engine | None
+) -> build_stage.Artifact:
+    p = prepare(spec, console, root, record)
     artifact = build_stage.build(
-        engine,
-        patched,
-        backend,
-        resolved.defines,
-        tools,
+        p.engine,
+        p.patched,
+        p.backend,
+        p.resolved.defines,
+        p.tools,
         spec.dist,
-        resolved.jobs,
+        p.resolved.jobs,
         console,
-        variants=resolved.variants,
-        internal=checked.defines,
-        manifest_extra={"preflight": checked.summary(), "user_config": resolved.config_file},
+        variants=p.resolved.variants,
+        internal=p.checked.defines,
+        manifest_extra={"preflight": p.checked.summary(), "user_config": p.resolved.config_file},
         check_reproducible=spec.check_reproducible,
-        runtime_lib_dir=toolkit.lib_dir if toolkit else None,
+        runtime_lib_dir=p.toolkit.lib_dir if p.toolkit else None,
     )
     console.print(f"artifact: {artifact.id} → {artifact.path}")
     return artifact

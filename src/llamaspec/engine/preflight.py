@@ -111,16 +111,31 @@ def cmake_minimum(tree: Path, backend: str) -> tuple[int, ...]:
     return best
 
 
+# CMake learnt the flags for CUDA's C++20 dialect with nvcc ≥ 12 in 3.26 (3.25 stops with
+# 'requires the language dialect "CUDA20" … does not support this').
+CUDA20_CMAKE = (3, 26)
+
+
+def cuda_cxx20(tree: Path) -> bool:
+    """Whether the tree compiles its CUDA sources as C++20 (ik_llama.cpp sets it globally)."""
+    top = tree / "CMakeLists.txt"
+    text = top.read_text(errors="replace") if top.is_file() else ""
+    return bool(re.search(r"set\s*\(\s*CMAKE_(CXX|CUDA)_STANDARD\s+20\b", text))
+
+
 def common_checks(tools: Toolchain, backend: str, tree: Path | None) -> list[Check]:
     have = _version(tools.cmake_version)
     need = cmake_minimum(tree, backend) if tree else ()
+    why = ""
+    if backend == "cuda" and tree is not None and cuda_cxx20(tree) and need < CUDA20_CMAKE:
+        need, why = CUDA20_CMAKE, ": it compiles CUDA as C++20"
     ok = not need or have >= need
     checks = [
         Check(
             "cmake",
             ok,
             f"cmake {tools.cmake_version}"
-            + (f" (the tree needs ≥ {_dotted(need)})" if need else ""),
+            + (f" (the tree needs ≥ {_dotted(need)}{why})" if need else ""),
             "`pip install -U cmake` (or your distribution's newer cmake)",
         ),
         Check("ninja", True, f"ninja {tools.ninja_version}"),

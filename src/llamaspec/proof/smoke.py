@@ -66,6 +66,7 @@ NEAR_TIE_MARGIN_NATS = 0.5
 Kind = Literal["identical", "near-tie", "short", "hard"]
 
 SMOKE_PROMPTS: tuple[Prompt, ...] = (verify.CODE, verify.PROSE)
+CHAT_TOKENS = 32  # the OpenAI chat check
 REWRITE = Prompt(
     "rewrite/ngram-mod",
     "Copy this code exactly, then stop.\n\n```python\ndef add(a, b):\n    return a + b\n\n\n"
@@ -281,6 +282,7 @@ def smoke(
     reference_sha256: str | None = None,
     strict_n_predict: int | None = None,
     strict_skipped: str | None = None,
+    chat_tokens: int = CHAT_TOKENS,
 ) -> SmokeReport:
     """Strict fast form on `reference` (F32) and the quantized comparison; write smoke.json.
     `strict_skipped` says why a non-gating F32 comparison is left out (no `reference`)."""
@@ -305,7 +307,7 @@ def smoke(
         refs = [complete(ref_srv, p) for p in prompts]
         with running(artifact.server, [*base_args(model), *spec], logs / "speculative.log") as sp:
             specs = [complete(sp, p) for p in prompts]
-            chat_stats = _openai_check(sp, console)
+            chat_stats = _openai_check(sp, console, chat_tokens)
         for p, r, s in zip(prompts, refs, specs, strict=True):
             report.results.append(PromptResult(p.name, r, s, _compare_quantized(ref_srv, p, r, s)))
     if report.drafted == 0 and chat_stats:
@@ -386,12 +388,12 @@ def _strict(
     return out
 
 
-def _openai_check(server: Server, console: Console) -> tuple[int, int] | None:
+def _openai_check(server: Server, console: Console, max_tokens: int) -> tuple[int, int] | None:
     """A streamed greedy chat request through the OpenAI client, with speculation on.
 
     Returns (drafted, accepted) when the stream reports them (`timings_per_token`): servers
     of the ik_llama.cpp port era report draft statistics only there."""
-    text, timings = server.chat_stream("Name three primary colours.")
+    text, timings = server.chat_stream("Name three primary colours.", max_tokens)
     if not text:
         raise server.failure("/v1/chat/completions returned no content")
     console.print(f"smoke: OpenAI chat endpoint ok ({len(text)} characters streamed)")
@@ -453,6 +455,13 @@ def print_report(report: SmokeReport, console: Console) -> None:
 # small machines): the Vulkan smoke asks for fewer tokens and leaves flash attention (the
 # largest shader) off; each setting applies only when the environment does not set it.
 VULKAN_N_PREDICT = 32
+# On a software device (lavapipe) the speculative server compiles pipelines for every new
+# verification batch shape (7 s a token at draft length 8 on a cold cache): one code prompt
+# (self-drafting accepts most there), 16 tokens, drafts of 2, an 8-token chat.
+SOFTWARE_PROMPTS: tuple[Prompt, ...] = (verify.CODE,)
+SOFTWARE_N_PREDICT = 16
+SOFTWARE_N_MAX = 2
+SOFTWARE_CHAT_TOKENS = 8
 VULKAN_SMOKE_ENV = (
     ("GGML_VK_VISIBLE_DEVICES", "0", "Vulkan device 0; ggml-vulkan hides lavapipe otherwise"),
     ("LLAMA_ARG_FLASH_ATTN", "off", "no flash-attention pipeline to compile"),
@@ -470,6 +479,7 @@ def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = Non
 
     model = embedded_model(console.print)
     prompts, strict_n, skipped = SMOKE_PROMPTS, None, None
+    n_max, chat_tokens = 8, CHAT_TOKENS
     if artifact.manifest.get("backend") == "vulkan":
         prompts = tuple(replace(p, n_predict=VULKAN_N_PREDICT) for p in prompts)
         strict_n = VULKAN_N_PREDICT
@@ -477,7 +487,17 @@ def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = Non
             if name not in os.environ:
                 os.environ[name] = value
                 console.print(f"smoke: {name}={value} ({why})")
-        if (device := software_device(artifact)) and not os.environ.get(STRICT_ON_SOFTWARE):
+        device = software_device(artifact)
+        if device:
+            prompts = tuple(replace(p, n_predict=SOFTWARE_N_PREDICT) for p in SOFTWARE_PROMPTS)
+            n_max, chat_tokens = SOFTWARE_N_MAX, SOFTWARE_CHAT_TOKENS
+            console.print(
+                f"smoke: the only device is a software one ({device}): one prompt of "
+                f"{SOFTWARE_N_PREDICT} tokens, draft length {n_max}, a {chat_tokens}-token chat "
+                "(each new batch shape compiles pipelines there: the fewest that still draft "
+                "and accept)"
+            )
+        if device and not os.environ.get(STRICT_ON_SOFTWARE):
             skipped = (
                 f"the only device is a software one ({device}), where the F32 comparison "
                 f"reports and does not gate, and costs minutes of shader compiles; set "
@@ -496,6 +516,8 @@ def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = Non
         reference_sha256=ref.sha256 if ref else None,
         strict_n_predict=strict_n,
         strict_skipped=skipped,
+        n_max=n_max,
+        chat_tokens=chat_tokens,
     )
 
 
