@@ -132,8 +132,9 @@ VARIANTS: dict[tuple[str, str], dict[str, Flag]] = {
     ("ik_llama.cpp", "fast-build"): {
         "GGML_IQK_FA_ALL_QUANTS": Flag(
             "OFF",
-            "compile the IQK flash-attention CPU kernels for the common K/V cache types only, "
-            "not every quant (ggml/src/iqk/fa/* take minutes each on small machines)",
+            "IQK flash-attention CPU kernels for f16, q8_0, q8_KV and q6_0 K/V caches only "
+            "(ggml/src/iqk/fa/* take minutes each on small machines); a q4_0, q4_1 or iq4_nl "
+            "cache then stops the server with the flag to rebuild with",
         ),
         "GGML_CUDA_FA_ALL_QUANTS": Flag(
             "OFF", "CUDA flash-attention kernels for the common K/V types only", False, ("cuda",)
