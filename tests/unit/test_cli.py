@@ -38,6 +38,17 @@ ROOT = Path(__file__).resolve().parents[2]
         ),
         (["build", "--patch-source", "ik_llama.cpp="], "write it as DIR|URL"),
         (["lock", "--patch-source", "llama.cpe=/srv/u"], "Did you mean 'llama.cpp'"),
+        (["gpu-acceptance"], "gpu-acceptance needs an NVIDIA GPU, and none is visible"),
+        (["build", "--backend", "cpu", "--cuda-toolkit", "pypi"], "applies to --backend cuda"),
+        (
+            ["build", "--backend", "cuda", "--cuda-arch", "90", "--cuda-toolkit", "/nonexistent"],
+            "--cuda-toolkit /nonexistent: no such directory",
+        ),
+        (
+            ["cuda-compile-check", "--cuda-arch", "70", "--cuda-toolkit", "pypi"],
+            "cannot compile for sm_70",
+        ),
+        (["build", "--backend", "cuda", "--cuda-toolkit", "pypi"], "no --cuda-arch, and no NVIDIA"),
     ],
 )
 def test_bad_input_is_one_clear_error(args: list[str], message: str, tmp_path: Path) -> None:
