@@ -14,7 +14,7 @@ from rich.console import Console
 
 from llamaspec import config
 from llamaspec import lock as lockfile
-from llamaspec.engine import backends, cuda_toolkit, preflight, sources, toolchain
+from llamaspec.engine import backends, build_report, cuda_toolkit, preflight, sources, toolchain
 from llamaspec.engine import build as build_stage
 from llamaspec.engine import patch_queue as patches
 from llamaspec.engine import profiles as flags
@@ -157,6 +157,9 @@ def _run_build(
         runtime_lib_dir=p.toolkit.lib_dir if p.toolkit else None,
     )
     console.print(f"artifact: {artifact.id} → {artifact.path}")
+    if p.backend == "cuda":
+        report = build_report.cuda_report(artifact)
+        console.print(f"build: CUDA build report in {report}")
     return artifact
 
 
