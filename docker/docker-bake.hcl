@@ -19,6 +19,7 @@ target "llamacpp-cpu" {
     BACKEND = "cpu"
     BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
     BUILD_IMAGE = "docker.io/library/debian:bookworm-slim"
+    TREE = "build"
     REVISION = REVISION
   }
   tags = ["${REGISTRY}/llamaspec:llama.cpp-cpu"]
@@ -33,6 +34,7 @@ target "llamacpp-cuda" {
     BACKEND = "cuda"
     BASE_IMAGE = "docker.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04"
     BUILD_IMAGE = "docker.io/nvidia/cuda:12.8.1-devel-ubuntu24.04"
+    TREE = "build"
     REVISION = REVISION
   }
   tags = ["${REGISTRY}/llamaspec:llama.cpp-cuda"]
@@ -47,6 +49,7 @@ target "llamacpp-vulkan" {
     BACKEND = "vulkan"
     BASE_IMAGE = "docker.io/library/debian:trixie-slim"
     BUILD_IMAGE = "docker.io/library/debian:trixie-slim"
+    TREE = "build"
     REVISION = REVISION
   }
   tags = ["${REGISTRY}/llamaspec:llama.cpp-vulkan"]
@@ -61,6 +64,7 @@ target "ik-llamacpp-cpu" {
     BACKEND = "cpu"
     BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
     BUILD_IMAGE = "docker.io/library/debian:bookworm-slim"
+    TREE = "build"
     REVISION = REVISION
   }
   tags = ["${REGISTRY}/llamaspec:ik_llama.cpp-cpu"]
@@ -75,6 +79,7 @@ target "ik-llamacpp-cuda" {
     BACKEND = "cuda"
     BASE_IMAGE = "docker.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04"
     BUILD_IMAGE = "docker.io/nvidia/cuda:12.8.1-devel-ubuntu24.04"
+    TREE = "build"
     REVISION = REVISION
   }
   tags = ["${REGISTRY}/llamaspec:ik_llama.cpp-cuda"]
@@ -89,6 +94,7 @@ target "ik-llamacpp-vulkan" {
     BACKEND = "vulkan"
     BASE_IMAGE = "docker.io/library/debian:trixie-slim"
     BUILD_IMAGE = "docker.io/library/debian:trixie-slim"
+    TREE = "build"
     REVISION = REVISION
   }
   tags = ["${REGISTRY}/llamaspec:ik_llama.cpp-vulkan"]

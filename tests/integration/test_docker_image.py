@@ -1,9 +1,11 @@
 """The CPU image for upstream, built for real with buildah from docker/Dockerfile.cpu.
 
 No registry is reachable: the Debian base is made with debootstrap and imported under the
-Dockerfile's default base name. The image must carry the same artifact (id, manifest,
-binary) as the local build of the same inputs, pass the smoke test from inside the image
-and stay within the size budget.
+Dockerfile's default base name. The image the tests inspect is built around the artifact
+the suite already built (`--from-artifact`, nothing compiled again); it must carry that
+artifact (id, manifest, binary), pass the smoke test from inside the image and stay within
+the size budget. One test builds the image the publishing workflow builds, compiling in the
+image's build stage, and checks it makes the same artifact as the host.
 """
 
 from __future__ import annotations
@@ -28,23 +30,49 @@ VOLATILE = {"built_at", "build_seconds"}
 
 
 @pytest.fixture(scope="module")
-def cpu_image(upstream_artifact, tmp_path_factory) -> dict:
-    """Build the image after the local build (whose ccache objects it reuses)."""
+def base_image() -> str:
     base = images.BASES["cpu"][0]
     if not BUILDAH.image_exists(base):
         make_base_image("bookworm", base, Console())
+    return base
+
+
+def build_image(tmp_path_factory, *args: str) -> dict:
     out = tmp_path_factory.mktemp("image") / "build.json"
-    proc = llamaspec(
-        "docker", "build", "--tool", "buildah", "--engine", "llama.cpp", "--backend", "cpu",
-        "--out", str(out),
-    )  # fmt: skip
+    proc = llamaspec("docker", "build", "--tool", "buildah", "--out", str(out), *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads(out.read_text())
     print(f"image build: {record['seconds']}")
     return record
 
 
+@pytest.fixture(scope="module")
+def cpu_image(base_image, upstream_artifact, tmp_path_factory) -> dict:
+    """The image around the suite's build (native: this machine's CPU, hence the flag)."""
+    dist = str(upstream_artifact.path.parent)
+    return build_image(
+        tmp_path_factory, "--from-artifact", upstream_artifact.id, "--dist", dist,
+        "--allow-native",
+    )  # fmt: skip
+
+
+def test_in_image_build_makes_the_same_artifact(
+    base_image, upstream_artifact, tmp_path_factory
+) -> None:
+    """What the publishing workflow builds: llamaspec compiles in the image's build stage
+    (the host's ccache mounted in) and makes the artifact the host made from the same inputs."""
+    record = build_image(
+        tmp_path_factory, "--engine", "llama.cpp", "--backend", "cpu",
+        "--registry", "localhost/in-image",
+    )  # fmt: skip
+    assert "build_stage" in record["seconds"]
+    assert record["artifact_id"] == upstream_artifact.id
+    assert record["binary_sha256"] == upstream_artifact.manifest["binary_sha256"]
+    assert record["tags"][0].startswith("localhost/in-image/llamaspec:llama.cpp-cpu-0c1e570-")
+
+
 def test_image_carries_the_local_build(cpu_image, upstream_artifact) -> None:
+    assert "build_stage" not in cpu_image["seconds"]  # nothing compiled in the image
     local = upstream_artifact.manifest
     ref = cpu_image["tags"][0]
     assert cpu_image["artifact_id"] == upstream_artifact.id

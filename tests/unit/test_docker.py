@@ -15,6 +15,7 @@ from llamaspec.config import load_engines
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import registry, tools
 from llamaspec.images import specs as images
+from llamaspec.images.build import all_build_args
 from llamaspec.images.smoke import server_shim
 from llamaspec.images.stage import system_libs
 from llamaspec.paths import cache_dir
@@ -114,6 +115,9 @@ def test_patch_set_argument() -> None:
 def test_build_args_leave_out_empty_values() -> None:
     args = images.ImageSpec(backend="cuda").build_args()
     assert args == {"ENGINE": "llama.cpp", "BACKEND": "cuda"}  # Dockerfile keeps its archs
+    # TREE is always given: buildah resolves `FROM ${TREE}` only from a build argument
+    assert all_build_args(images.ImageSpec())["TREE"] == "build"
+    assert all_build_args(images.ImageSpec(), "artifact")["TREE"] == "artifact"
 
 
 def test_bake_file_is_current_and_matrix_covers_every_pair() -> None:
@@ -428,13 +432,18 @@ def _stages(dockerfile: Path) -> dict[str, str]:
 @pytest.mark.parametrize("backend", images.BACKENDS)
 def test_runtime_stage_ships_only_the_staged_tree(backend: str) -> None:
     """No compiler, no headers, no devel image: the runtime stage copies /opt/llamaspec from
-    the build stage and its base is the runtime base (for CUDA, NVIDIA's *runtime* image)."""
+    the tree stage (the build stage's, or an artifact staged from dist/: TREE) and its base
+    is the runtime base (for CUDA, NVIDIA's *runtime* image)."""
     dockerfile = ROOT / "docker" / f"Dockerfile.{backend}"
     stages = _stages(dockerfile)
-    assert list(stages) == ["build", "manifest", "runtime"]
+    assert list(stages) == ["build", "manifest", "artifact", "tree", "runtime"]
+    assert "ARG TREE=build" in dockerfile.read_text()
+    assert stages["tree"].startswith("${TREE} AS tree")
+    assert "COPY .llamaspec-stage/ /opt/llamaspec/" in stages["artifact"]
+    assert stages["artifact"].startswith("scratch AS artifact")
     runtime = stages["runtime"]
     assert runtime.startswith("${BASE_IMAGE} AS runtime")
-    assert re.findall(r"COPY --from=(\S+) (\S+)", runtime) == [("build", "/opt/llamaspec")]
+    assert re.findall(r"COPY --from=(\S+) (\S+)", runtime) == [("tree", "/opt/llamaspec")]
     for devel in ("g++", "cmake", "ninja", "-dev ", "nvcc", "cuda-toolkit", "python3"):
         assert devel not in runtime, devel
     default_base = re.search(r"ARG BASE_IMAGE=(\S+)", dockerfile.read_text()).group(1)

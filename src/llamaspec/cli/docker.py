@@ -13,6 +13,8 @@ from llamaspec.errors import LlamaspecError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from llamaspec.engine.build import Artifact
+
 
 def _spec(read: Any, label: str) -> dict[str, Any]:
     """A default from llamaspec.images.specs, read when the command runs (fast --help)."""
@@ -43,6 +45,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--push", action="store_true", help="push the tags (docker buildx)")
     b.add_argument("--ccache-dir", type=Path, help="host ccache dir to mount (buildah)")
     b.add_argument("--out", type=Path, help="write the build record (tags, labels) as JSON")
+    b.add_argument(
+        "--from-artifact",
+        metavar="ID",
+        help="put this artifact from --dist in the image instead of compiling in the image",
+    )
+    options.add(b, "dist")
+    b.add_argument(
+        "--allow-native",
+        action="store_true",
+        help="with --from-artifact: accept a GGML_NATIVE=ON artifact (runs on this CPU only)",
+    )
+    b.set_defaults(engine=None, backend=None)
     p = dsub.add_parser("pull", help="pull the image for this host and print how to run it")
     options.add(p, "engine", "backend", "pin")
     p.set_defaults(backend=None)
@@ -100,6 +114,36 @@ def _record(path: Path) -> dict:
     return record
 
 
+def _artifact(args: argparse.Namespace, engines: dict) -> Artifact:
+    """The artifact `--from-artifact` names, refused where the image cannot carry it."""
+    from llamaspec.engine.build import load_artifact
+    from llamaspec.images.artifact import check_fits
+
+    given = [
+        flag
+        for flag, value in (
+            ("--pin", args.pin),
+            ("--patches", args.patches),
+            ("--variant", args.variant),
+            ("--define", args.define),
+        )
+        if value
+    ]
+    if given:
+        raise LlamaspecError(
+            f"--from-artifact takes the build's inputs from the artifact's manifest; drop "
+            f"{', '.join(given)} (or drop --from-artifact to build those inputs in the image)."
+        )
+    artifact = load_artifact(args.dist, args.from_artifact)
+    if args.engine and artifact.manifest.get("engine") != args.engine:
+        raise LlamaspecError(
+            f"{artifact.id} is a {artifact.manifest.get('engine')} build, not {args.engine}; "
+            "drop --engine (the artifact's own engine is used) or name another artifact."
+        )
+    check_fits(artifact, args.backend, args.allow_native)
+    return artifact
+
+
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command != "docker":
         return False
@@ -124,20 +168,34 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             console,
         )
     elif cmd == "build":
-        spec = images.ImageSpec(
-            engine=args.engine,
-            backend=args.backend,
-            pin=args.pin,
-            patches=tuple(images.split_list(args.patches)),
-            variants=tuple(args.variant),
-            defines=tuple(args.define),
-            registry=args.registry,
-            base_image=args.base_image,
-            build_image=args.build_image,
-        )
-        images.validate(spec, config.load_engines())
+        engines = config.load_engines()
+        artifact = _artifact(args, engines) if args.from_artifact else None
+        if artifact is None:
+            spec = images.ImageSpec(
+                engine=args.engine or "llama.cpp",
+                backend=args.backend or "cpu",
+                pin=args.pin,
+                patches=tuple(images.split_list(args.patches)),
+                variants=tuple(args.variant),
+                defines=tuple(args.define),
+                registry=args.registry,
+                base_image=args.base_image,
+                build_image=args.build_image,
+            )
+        else:
+            spec = images.artifact_spec(
+                artifact.manifest,
+                engines,
+                config.load_series(),
+                args.registry,
+                args.base_image,
+                args.build_image,
+            )
+        images.validate(spec, engines)
         tool = tools.detect(args.tool)
-        built = build.build_image(tool, spec, console, ccache=args.ccache_dir, push=args.push)
+        built = build.build_image(
+            tool, spec, console, ccache=args.ccache_dir, push=args.push, artifact=artifact
+        )
         if args.out:
             args.out.write_text(json.dumps(built.to_json(), indent=2) + "\n")
     elif cmd == "pull":

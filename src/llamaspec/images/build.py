@@ -9,6 +9,7 @@ the bake file that declares the same builds for `docker buildx bake`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -21,7 +22,9 @@ from rich.console import Console
 
 from llamaspec import procs
 from llamaspec.config import Engine
+from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
+from llamaspec.images import artifact as from_artifact
 from llamaspec.images import specs as images
 from llamaspec.images.tools import BUILD_S, ContainerTool, attempt
 from llamaspec.paths import cache_dir, project_root
@@ -81,9 +84,12 @@ def source_url(root: Path) -> str:
     return url.removesuffix(".git") if url.startswith("http") else ""
 
 
-def all_build_args(spec: images.ImageSpec) -> dict[str, str]:
+def all_build_args(spec: images.ImageSpec, tree: str = "build") -> dict[str, str]:
+    """Every build argument; TREE names the stage the runtime tree comes from (`build`, or
+    `artifact`: staged from dist/). Always given: buildah resolves a stage name in
+    `FROM ${TREE}` only from a build argument, not from the ARG's default."""
     runtime, build = images.BASES[spec.backend]
-    return {"BASE_IMAGE": runtime, "BUILD_IMAGE": build, **spec.build_args()}
+    return {"BASE_IMAGE": runtime, "BUILD_IMAGE": build, "TREE": tree, **spec.build_args()}
 
 
 def ca_bundle() -> Path | None:
@@ -126,33 +132,42 @@ def build_image(
     push: bool = False,
     root: Path | None = None,
     logs: Path | None = None,
+    artifact: Artifact | None = None,
 ) -> BuiltImage:
-    """Build, label and tag the image for `spec` (two phases, see the module docstring)."""
+    """Build, label and tag the image for `spec` (two phases, see the module docstring);
+    with `artifact`, only the runtime stage, around that artifact staged from dist/."""
     root = root or project_root()
     dockerfile = spec.dockerfile(root)
     if not dockerfile.is_file():
         raise LlamaspecError(f"There is no {dockerfile.relative_to(root)} for {spec.backend!r}.")
-    args = all_build_args(spec)
+    args = all_build_args(spec, "artifact" if artifact else "build")
     settings = tool.build_settings(args["BASE_IMAGE"], ccache, console.print)
     bundle = ca_bundle()
     logs = logs or cache_dir() / "docker-logs"
     logs.mkdir(parents=True, exist_ok=True)
     stem = f"{spec.engine}-{spec.backend}"
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="llamaspec-manifest-") as tmp:
-        cmd = tool.build_argv(
-            dockerfile, root, "manifest", args, settings, output=Path(tmp), ca_bundle=bundle
-        )
-        run_logged(cmd, logs / f"{stem}-build.log", console, "build stage")
-        manifest = images.read_manifest(Path(tmp) / "manifest.json")
-    t1 = time.monotonic()
     src, rev = source_url(root), revision(root)
-    refs = images.tags(spec, manifest)
-    label_args = {**args, **images.label_args(manifest, src, rev)}
-    cmd = tool.build_argv(
-        dockerfile, root, "runtime", label_args, settings, tags=refs, push=push, ca_bundle=bundle
-    )
-    run_logged(cmd, logs / f"{stem}-runtime.log", console, "runtime stage")
+    t0 = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        if artifact is None:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llamaspec-mf-")))
+            cmd = tool.build_argv(
+                dockerfile, root, "manifest", args, settings, output=tmp, ca_bundle=bundle
+            )
+            run_logged(cmd, logs / f"{stem}-build.log", console, "build stage")
+            manifest = images.read_manifest(tmp / "manifest.json")
+        else:
+            manifest = artifact.manifest
+            tree = stack.enter_context(from_artifact.staged(artifact, root, console))
+            from_artifact.check_base_runs(tool, args["BASE_IMAGE"], tree, artifact)
+        t1 = time.monotonic()
+        refs = images.tags(spec, manifest)
+        label_args = {**args, **images.label_args(manifest, src, rev)}
+        cmd = tool.build_argv(
+            dockerfile, root, "runtime", label_args, settings, tags=refs, push=push,
+            ca_bundle=bundle,
+        )  # fmt: skip
+        run_logged(cmd, logs / f"{stem}-runtime.log", console, "runtime stage")
     t2 = time.monotonic()
     want = images.image_labels(manifest, src, rev)
     labels = tool.labels(refs[0]) if not push else want
@@ -166,7 +181,10 @@ def build_image(
         labels,
         manifest,
         tool.name,
-        {"build_stage": round(t1 - t0, 1), "runtime_stage": round(t2 - t1, 1)},
+        {
+            ("build_stage" if artifact is None else "stage_artifact"): round(t1 - t0, 1),
+            "runtime_stage": round(t2 - t1, 1),
+        },
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from llamaspec.config import Engine
+from llamaspec.config import Engine, PatchEntry
 from llamaspec.errors import LlamaspecError, choose
 
 BACKENDS = ("cpu", "cuda", "vulkan")
@@ -76,6 +76,42 @@ class ImageSpec(BaseModel):
         if self.build_image:
             args["BUILD_IMAGE"] = self.build_image
         return args
+
+
+def artifact_spec(
+    manifest: Mapping,
+    engines: Mapping[str, Engine],
+    series: Sequence[PatchEntry],
+    registry: str,
+    base_image: str | None = None,
+    build_image: str | None = None,
+) -> ImageSpec:
+    """The spec of an image around a built artifact, its inputs as its manifest records
+    them: the rolling tag goes only to a build of the default pin, profile and patches."""
+    engine = manifest["engine"]
+    commit = manifest.get("commit")
+    defaults = {e.id for e in series if e.engine == engine and e.default}
+    patches = []
+    for p in manifest.get("patches", []):
+        if p["status"] == "applied" and p["id"] not in defaults:
+            patches.append(p["id"])
+        elif p["status"] == "skipped" and p["id"] in defaults:
+            patches.append(f"-{p['id']}")
+    return ImageSpec(
+        engine=engine,
+        backend=manifest["backend"],
+        pin=commit if engine in engines and commit != engines[engine].pin else None,
+        patches=tuple(patches),
+        variants=tuple(manifest.get("variants") or ()),
+        defines=tuple(
+            f"{d['name']}={d['value']}"
+            for d in manifest.get("defines", [])
+            if d.get("origin") == "--define"
+        ),
+        registry=registry,
+        base_image=base_image,
+        build_image=build_image,
+    )
 
 
 def validate(spec: ImageSpec, engines: Mapping[str, Engine]) -> ImageSpec:
@@ -263,6 +299,7 @@ def bake(engines: Mapping[str, Engine], registry: str = DEFAULT_REGISTRY) -> str
                 f'    BACKEND = "{backend}"',
                 f'    BASE_IMAGE = "{runtime}"',
                 f'    BUILD_IMAGE = "{build}"',
+                '    TREE = "build"',
                 "    REVISION = REVISION",
                 "  }",
                 f'  tags = ["${{REGISTRY}}/{REPOSITORY}:{rolling_tag(name, backend)}"]',

@@ -1,0 +1,130 @@
+"""`docker build --from-artifact`: which artifacts an image may carry, and how it is tagged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llamaspec.config import load_engines, load_series
+from llamaspec.engine import reproducible as repro
+from llamaspec.engine.build import load_artifact
+from llamaspec.errors import LlamaspecError
+from llamaspec.images import artifact as from_artifact
+from llamaspec.images import specs as images
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+ENGINES = load_engines(ROOT)
+SERIES = load_series(ROOT)
+PIN = ENGINES["llama.cpp"].pin
+
+
+def make_artifact(dist: Path, **manifest) -> str:
+    """A dist/<id> with a manifest and a real ELF binary (this machine's `true`)."""
+    m = {
+        "artifact_id": "llamacpp-cpu-0123456789ab",
+        "engine": "llama.cpp",
+        "commit": PIN,
+        "backend": "cpu",
+        "variants": [],
+        "defines": [{"name": "GGML_NATIVE", "value": "OFF", "origin": "variant portable"}],
+        "patches": [],
+        "reproducible": {"checked": False},
+        **manifest,
+    }
+    path = dist / m["artifact_id"]
+    (path / "bin").mkdir(parents=True)
+    (path / "lib").mkdir()
+    shutil.copy2(shutil.which("true"), path / "bin" / "llama-server")
+    (path / "manifest.json").write_text(json.dumps(m))
+    return m["artifact_id"]
+
+
+def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
+    """The CLI with no container tool on PATH: refusals must come before any tool is needed."""
+    return subprocess.run(
+        [sys.executable, "-m", "llamaspec.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": str(home / "no-tools"), "LLAMASPEC_CACHE": str(home), "HOME": str(home)},
+        check=False,
+        timeout=120,
+    )
+
+
+def test_runtime_needs_reads_the_glibc_versions_of_real_elf_files(tmp_path: Path) -> None:
+    aid = make_artifact(tmp_path)
+    (tmp_path / aid / "lib" / "notes.txt").write_text("not an ELF file")
+    needs = from_artifact.runtime_needs(tmp_path / aid)
+    assert set(needs) == {"GLIBC"}  # coreutils' `true` is C: no libstdc++
+    assert needs["GLIBC"].startswith("2.")
+
+
+def test_an_artifact_of_another_backend_is_refused(tmp_path: Path) -> None:
+    art = load_artifact(tmp_path, make_artifact(tmp_path, backend="vulkan"))
+    with pytest.raises(LlamaspecError, match="is a vulkan build, not cpu"):
+        from_artifact.check_fits(art, "cpu", allow_native=False)
+    from_artifact.check_fits(art, None, allow_native=False)  # its own backend is used
+
+
+def test_a_native_artifact_needs_allow_native(tmp_path: Path) -> None:
+    art = load_artifact(tmp_path, make_artifact(tmp_path, reproducible=repro.NATIVE))
+    with pytest.raises(LlamaspecError, match=r"GGML_NATIVE=ON.*--variant portable.*--allow-native"):
+        from_artifact.check_fits(art, "cpu", allow_native=False)
+    from_artifact.check_fits(art, "cpu", allow_native=True)
+
+
+def test_the_spec_comes_from_the_manifest_and_only_a_default_build_rolls() -> None:
+    base = {"engine": "llama.cpp", "commit": PIN, "backend": "cpu", "artifact_id": "x-abc"}
+    spec = images.artifact_spec(base, ENGINES, SERIES, "localhost")
+    assert spec.is_default and spec.pin is None
+    assert len(images.tags(spec, base)) == 2  # immutable + rolling
+    other = images.artifact_spec({**base, "commit": "f" * 40}, ENGINES, SERIES, "localhost")
+    assert other.pin == "f" * 40 and not other.is_default
+    variant = images.artifact_spec({**base, "variants": ["portable"]}, ENGINES, SERIES, "r")
+    assert variant.variants == ("portable",) and len(images.tags(variant, base)) == 1
+    user = {"name": "GGML_OPENMP", "value": "OFF", "origin": "--define"}
+    profile = {"name": "GGML_NATIVE", "value": "ON", "origin": "profile llama.cpp/cpu"}
+    defined = images.artifact_spec({**base, "defines": [user, profile]}, ENGINES, SERIES, "r")
+    assert defined.defines == ("GGML_OPENMP=OFF",)
+    default_ids = [e.id for e in SERIES if e.engine == "llama.cpp" and e.default]
+    optional = [e.id for e in SERIES if e.engine == "llama.cpp" and not e.default]
+    patches = [{"id": i, "status": "skipped"} for i in default_ids[:1]]
+    patches += [{"id": i, "status": "applied"} for i in optional[:1]]
+    patched = images.artifact_spec({**base, "patches": patches}, ENGINES, SERIES, "r")
+    assert patched.patches == (*(f"-{i}" for i in default_ids[:1]), *optional[:1])
+    assert patched.is_default is (not patches)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--pin", PIN], "--from-artifact takes the build's inputs from the artifact's manifest"),
+        (["--engine", "ik_llama.cpp"], "is a llama.cpp build, not ik_llama.cpp"),
+        (["--backend", "vulkan"], "is a cpu build, not vulkan"),
+        ([], "GGML_NATIVE=ON"),
+    ],
+)
+def test_cli_refuses_before_any_container_tool(extra: list[str], message: str, tmp_path) -> None:
+    dist = tmp_path / "dist"
+    aid = make_artifact(dist, reproducible=repro.NATIVE)
+    proc = cli(
+        "docker", "build", "--from-artifact", aid, "--dist", str(dist), *extra, home=tmp_path
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert message in " ".join(proc.stderr.split())
+
+
+def test_cli_names_an_unknown_artifact(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    aid = make_artifact(dist)
+    proc = cli("docker", "build", "--from-artifact", "nope", "--dist", str(dist), home=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"'nope' is not an artifact in {dist}. Built artifacts: {aid}" in proc.stderr
