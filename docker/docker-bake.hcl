@@ -32,8 +32,8 @@ target "llamacpp-cuda" {
   args = {
     ENGINE = "llama.cpp"
     BACKEND = "cuda"
-    BASE_IMAGE = "docker.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04"
-    BUILD_IMAGE = "docker.io/nvidia/cuda:12.8.1-devel-ubuntu24.04"
+    BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
+    BUILD_IMAGE = "docker.io/library/debian:bookworm-slim"
     TREE = "build"
     REVISION = REVISION
   }
@@ -77,8 +77,8 @@ target "ik-llamacpp-cuda" {
   args = {
     ENGINE = "ik_llama.cpp"
     BACKEND = "cuda"
-    BASE_IMAGE = "docker.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04"
-    BUILD_IMAGE = "docker.io/nvidia/cuda:12.8.1-devel-ubuntu24.04"
+    BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
+    BUILD_IMAGE = "docker.io/library/debian:bookworm-slim"
     TREE = "build"
     REVISION = REVISION
   }

@@ -60,24 +60,41 @@ def test_labels_come_from_the_manifest() -> None:
         "io.llamaspec.patches": "spec-checkpointing=in-base",
         "io.llamaspec.backend": "cpu",
         "io.llamaspec.artifact-id": "llamacpp-cpu-2a65556682b3",
+        "io.llamaspec.cuda": "",
+        "io.llamaspec.cuda-archs": "",
     }
     assert images.labels_txt(MANIFEST).splitlines()[1] == f"engine-commit={PIN}"
+
+
+def test_cuda_builds_are_tagged_and_labelled_with_their_toolkit_and_archs() -> None:
+    cuda = {
+        **MANIFEST,
+        "backend": "cuda",
+        "cuda_archs": "75-real;80;86;89;90-virtual",
+        "cuda_toolkit": {"version": "13.0", "origin": "PyPI wheels"},
+    }
+    labels = images.image_labels(cuda, "", "")
+    assert labels["io.llamaspec.cuda"] == "13.0"
+    assert labels["io.llamaspec.cuda-archs"] == "75,80,86,89,90"
+    assert images.tags(images.ImageSpec(backend="cuda"), cuda) == [
+        "localhost/llamaspec:llama.cpp-cuda13-0c1e570-2a65556682b3",
+        "localhost/llamaspec:llama.cpp-cuda13",
+    ]
 
 
 def test_label_args_match_the_dockerfile_check() -> None:
     """The runtime stage printf's its label arguments in labels.txt's order and compares."""
     args = images.label_args(MANIFEST, "src", "rev")
-    printed = "engine={}\nengine-commit={}\npatches={}\nbackend={}\nartifact-id={}\n".format(
-        args["ENGINE"],
-        args["ENGINE_COMMIT"],
-        args["PATCH_IDS"],
-        args["BACKEND"],
-        args["ARTIFACT_ID"],
-    )
-    assert printed == images.labels_txt(MANIFEST)
+    fields = ("engine", "engine-commit", "patches", "backend", "artifact-id", "cuda", "cuda-archs")
+    fmt = "".join(f"{f}={{}}\n" for f in fields)
+    names = ("ENGINE", "ENGINE_COMMIT", "PATCH_IDS", "BACKEND", "ARTIFACT_ID")
+    names += ("CUDA_VERSION", "CUDA_ARCHS")
+    assert fmt.format(*(args[n] for n in names)) == images.labels_txt(MANIFEST)
     for backend in images.BACKENDS:
         text = (ROOT / "docker" / f"Dockerfile.{backend}").read_text()
-        assert r"engine=%s\nengine-commit=%s\npatches=%s\nbackend=%s\nartifact-id=%s\n" in text
+        assert "printf '" + fmt.replace("{}", "%s").replace("\n", r"\n") + "'" in text
+        args_line = " ".join(f'"${{{n}}}"' for n in names)
+        assert args_line in " ".join(text.replace("\\\n", " ").split())
         for arg in args:
             assert f"ARG {arg}=" in text, (backend, arg)
 
@@ -382,6 +399,7 @@ def test_detect_says_what_is_missing(
         (["docker", "pull", "--pin", "0c1e570"], "is not a full 40-character commit SHA"),
         (["docker", "pull", "--recipe", "qwen2.5-coder-7"], "Did you mean 'qwen2.5-coder-7b'"),
         (["docker", "build", "--pin", "0c1e570"], "is not a full 40-character commit SHA"),
+        (["docker", "pull", "--backend", "cuda"], "this host has no NVIDIA driver"),
         (["docker", "push", "--record", "nothing.json"], "Cannot read the build record"),
         (["docker", "size", "img", "--record", "nothing.json"], "Cannot read the build record"),
     ],
@@ -433,7 +451,7 @@ def _stages(dockerfile: Path) -> dict[str, str]:
 def test_runtime_stage_ships_only_the_staged_tree(backend: str) -> None:
     """No compiler, no headers, no devel image: the runtime stage copies /opt/llamaspec from
     the tree stage (the build stage's, or an artifact staged from dist/: TREE) and its base
-    is the runtime base (for CUDA, NVIDIA's *runtime* image)."""
+    is the runtime base."""
     dockerfile = ROOT / "docker" / f"Dockerfile.{backend}"
     stages = _stages(dockerfile)
     assert list(stages) == ["build", "manifest", "artifact", "tree", "runtime"]
@@ -448,8 +466,11 @@ def test_runtime_stage_ships_only_the_staged_tree(backend: str) -> None:
         assert devel not in runtime, devel
     default_base = re.search(r"ARG BASE_IMAGE=(\S+)", dockerfile.read_text()).group(1)
     assert default_base == images.BASES[backend][0]
-    if backend == "cuda":
-        assert "-runtime-" in default_base and "-devel-" in images.BASES["cuda"][1]
+    if backend == "cuda":  # no NVIDIA image: Debian, the PyPI toolkit, bundled CUDA libraries
+        assert images.BASES["cuda"] == images.BASES["cpu"]
+        assert "nvidia" not in dockerfile.read_text().split("FROM ", 1)[1]
+        assert "NVIDIA_VISIBLE_DEVICES=all" in runtime
+        assert "cmake>=3.26,<4" in stages["build"] and "ENV PATH=/venv/bin" in stages["build"]
     assert "USER llama" in runtime and "EXPOSE 8080" in runtime and "HEALTHCHECK" in runtime
 
 
@@ -464,3 +485,60 @@ def test_tool_calls_have_a_time_limit_and_a_checked_exit_status(tmp_path: Path) 
     assert "Cannot inspect img" in str(err.value) and "status 125" in str(err.value)
     assert "(Error: image not known)" in str(err.value)
     assert not tools.Docker(f"{path}/fails").image_exists("img")
+
+
+def smi(tmp_path: Path, output: str, status: int = 0) -> str:
+    """A stand-in nvidia-smi (no GPU here) answering the driver/compute-capability query."""
+    path = tmp_path / "nvidia-smi"
+    path.write_text(f"#!/bin/sh\nprintf '%s' '{output}'\nexit {status}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_driver_and_gpu_choose_the_cuda_tag(tmp_path: Path) -> None:
+    host = registry.cuda_host(lambda _: smi(tmp_path, "580.65.06, 8.6\n550.1, 9.0\n"))
+    assert host == registry.CudaHost("580.65.06", 86)
+    assert host.tag_backend() == "cuda13"
+    assert registry.CudaHost("550.54.15", 90).tag_backend() == "cuda12"
+    with pytest.raises(LlamaspecError, match=r"470.82 is too old .*cuda13 needs 580"):
+        registry.CudaHost("470.82", 86).tag_backend()
+    with pytest.raises(LlamaspecError, match="did not name a GPU"):
+        registry.cuda_host(lambda _: smi(tmp_path, "No devices were found", 6))
+    with pytest.raises(LlamaspecError, match="no NVIDIA driver"):
+        registry.cuda_host(lambda _: None)
+
+
+def test_a_cuda_image_is_refused_for_a_gpu_or_driver_it_cannot_run() -> None:
+    cuda = {
+        **MANIFEST,
+        "backend": "cuda",
+        "cuda_archs": "75;80;86;89;90",
+        "cuda_toolkit": {"version": "13.0", "origin": "PyPI wheels"},
+    }
+    labels = images.image_labels(cuda, "", "")
+    registry.check_cuda_image(labels, "img", registry.CudaHost("580.1", 86))
+    with pytest.raises(LlamaspecError, match=r"sm_75, sm_80, sm_86, sm_89, sm_90.*sm_61") as err:
+        registry.check_cuda_image(labels, "img", registry.CudaHost("580.1", 61))
+    assert "--cuda-arch 61" in str(err.value)
+    with pytest.raises(LlamaspecError, match=r"CUDA 13.0, which needs an NVIDIA driver 580"):
+        registry.check_cuda_image(labels, "img", registry.CudaHost("550.1", 86))
+
+
+def test_the_registry_is_one_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--registry, else LLAMASPEC_REGISTRY, else the user config, else the published one."""
+    monkeypatch.delenv("LLAMASPEC_REGISTRY", raising=False)
+    monkeypatch.setenv("LLAMASPEC_CONFIG", str(tmp_path / "config.yaml"))
+    (tmp_path / "config.yaml").write_text("jobs: 2\n")
+    assert registry.configured_registry(None) == (images.DEFAULT_REGISTRY, "the default")
+    (tmp_path / "config.yaml").write_text("registry: 127.0.0.1:5000/team\n")
+    assert registry.configured_registry(None) == (
+        "127.0.0.1:5000/team",
+        str(tmp_path / "config.yaml"),
+    )
+    monkeypatch.setenv("LLAMASPEC_REGISTRY", "registry.example.org/x")
+    assert registry.configured_registry(None)[1] == "LLAMASPEC_REGISTRY"
+    assert registry.configured_registry("r.example/y") == ("r.example/y", "--registry")
+    monkeypatch.delenv("LLAMASPEC_REGISTRY")
+    (tmp_path / "config.yaml").write_text("registry: https://Registry/\n")
+    with pytest.raises(LlamaspecError, match="registry"):
+        registry.configured_registry(None)

@@ -60,7 +60,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = dsub.add_parser("pull", help="pull the image for this host and print how to run it")
     options.add(p, "engine", "backend", "pin")
     p.set_defaults(backend=None)
-    p.add_argument("--registry", **_spec(lambda s: s.DEFAULT_REGISTRY, "registry"))
+    p.add_argument(
+        "--registry",
+        help="registry to pull from (default: LLAMASPEC_REGISTRY, else the user config's "
+        "`registry`, else the published registry)",
+    )
     p.add_argument("--tag", help="a specific (immutable) tag instead of <engine>-<backend>")
     p.add_argument(
         "--recipe", **_spec(lambda s: s.DEFAULT_RECIPE, "recipe"), help="recipe to print a run for"
@@ -200,18 +204,21 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             args.out.write_text(json.dumps(built.to_json(), indent=2) + "\n")
     elif cmd == "pull":
         # the request is checked first: a typo is named even where no container tool runs
-        engine, backend = registry.pull_target(
+        engine, backend, cuda = registry.pull_target(
             args.engine, args.backend, args.pin, args.recipe, console
         )
+        where, origin = registry.configured_registry(args.registry)
+        console.print(f"docker-pull: registry {where} ({origin})")
         registry.pull(
             tools.detect(args.tool),
             engine,
             backend,
             args.pin,
-            args.registry,
+            where,
             args.tag,
             console,
             args.recipe,
+            cuda,
         )
     elif cmd == "smoke":
         from llamaspec.images.smoke import smoke_image

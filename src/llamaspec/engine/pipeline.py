@@ -152,7 +152,15 @@ def _run_build(
         console,
         variants=p.resolved.variants,
         internal=p.checked.defines,
-        manifest_extra={"preflight": p.checked.summary(), "user_config": p.resolved.config_file},
+        manifest_extra={
+            "preflight": p.checked.summary(),
+            "user_config": p.resolved.config_file,
+            **(
+                {"cuda_toolkit": {"version": p.toolkit.release, "origin": p.toolkit.origin}}
+                if p.toolkit
+                else {}
+            ),
+        },
         check_reproducible=spec.check_reproducible,
         runtime_lib_dir=p.toolkit.lib_dir if p.toolkit else None,
     )

@@ -37,13 +37,16 @@ class BackendDefaults(Frozen):
 
 
 class UserConfig(Frozen):
-    """`config.yaml`: jobs, variants, defines and CUDA archs, overall or per backend."""
+    """`config.yaml`: jobs, variants, defines and CUDA archs, overall or per backend; the
+    registry `docker pull` uses."""
 
     jobs: Annotated[StrictInt, Field(gt=0)] | None = None  # `jobs: yes` is not 1
     variants: tuple[str, ...] = ()
     defines: dict[str, CMakeValue] = Field(default_factory=dict)
     cuda_arch: CMakeValue | None = None
     backends: dict[Literal["cpu", "cuda", "vulkan"], BackendDefaults] = Field(default_factory=dict)
+    # `host[:port]/path`, e.g. ghcr.io/llamaspec or 127.0.0.1:5000/team
+    registry: Annotated[str, Field(pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")] | None = None
 
     def for_backend(self, backend: str) -> BackendDefaults:
         """The file's defaults for `backend`, per-backend entries winning."""

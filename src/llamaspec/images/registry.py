@@ -3,20 +3,24 @@ match), how to run it with a recipe, and pushing built tags."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
 from llamaspec.config import Engine, load_engines
+from llamaspec.engine.cuda_toolkit import DRIVER_MIN
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.images import specs as images
 from llamaspec.images.tools import TRANSFER_S, ContainerTool, attempt
 
 NVIDIA_SMI_S = 30
+# The CUDA majors images are built for (tags `<engine>-cuda13`, …), newest first.
+CUDA_MAJORS = (13, 12)
 # Words in a pull's error that mean the registry was not reached (not: no such image).
 UNREACHABLE = (
     "no such host",
@@ -29,6 +33,21 @@ UNREACHABLE = (
     "could not resolve",
     "connect: ",
 )
+
+
+def configured_registry(given: str | None) -> tuple[str, str]:
+    """The registry to pull from and where that came from: --registry, else
+    LLAMASPEC_REGISTRY, else the user config's `registry`, else the published one."""
+    from llamaspec.engine import user_config
+
+    if given:
+        return given, "--registry"
+    if env := os.environ.get("LLAMASPEC_REGISTRY"):
+        return env, "LLAMASPEC_REGISTRY"
+    cfg, path = user_config.load()
+    if cfg.registry:
+        return cfg.registry, str(path)
+    return images.DEFAULT_REGISTRY, "the default"
 
 
 @dataclass(frozen=True)
@@ -69,6 +88,76 @@ def detect_host(
     if hardware:
         return HostBackend("cpu", "Vulkan drivers are installed but there is no GPU render node")
     return HostBackend("cpu", "no NVIDIA GPU and no hardware Vulkan driver")
+
+
+@dataclass(frozen=True)
+class CudaHost:
+    """What `nvidia-smi` says about this host's first GPU."""
+
+    driver: str  # e.g. "580.65.06"
+    capability: int  # compute capability as CUDA architectures spell it: 8.6 → 86
+
+    def tag_backend(self) -> str:
+        """`cuda13` where the driver runs CUDA 13, else `cuda12`; refused below both."""
+        major = int(self.driver.split(".")[0])
+        for cuda in CUDA_MAJORS:
+            if major >= DRIVER_MIN[cuda]:
+                return f"cuda{cuda}"
+        mins = ", ".join(f"cuda{c} needs {DRIVER_MIN[c]} or newer" for c in CUDA_MAJORS)
+        raise LlamaspecError(
+            f"This host's NVIDIA driver {self.driver} is too old for every published CUDA "
+            f"image ({mins}). Update the driver, or build for it here with a system CUDA "
+            "toolkit the driver supports: `nox -s build-cuda -- --cuda-toolkit system`."
+        )
+
+
+def cuda_host(which: Callable[[str], str | None] = shutil.which) -> CudaHost:
+    """Driver version and compute capability (`nvidia-smi --query-gpu`), or why a CUDA
+    image cannot run here."""
+    smi = which("nvidia-smi")
+    if not smi:
+        raise LlamaspecError(
+            "A cuda image was asked for, but this host has no NVIDIA driver (nvidia-smi is "
+            "not on PATH), so no CUDA image can run here. Pull the image for this host "
+            "(leave out --backend) or --backend cpu."
+        )
+    query = [smi, "--query-gpu=driver_version,compute_cap", "--format=csv,noheader"]
+    proc = attempt(query, NVIDIA_SMI_S)
+    rows = [r.split(",") for r in proc.stdout.strip().splitlines() if "," in r]
+    try:
+        driver, cap = rows[0][0].strip(), rows[0][1].strip()
+        capability = int(cap.replace(".", ""))
+        int(driver.split(".")[0])
+    except (IndexError, ValueError):
+        said = (proc.stderr or proc.stdout or "").strip() or f"exit {proc.returncode}"
+        raise LlamaspecError(
+            f"nvidia-smi did not name a GPU's driver and compute capability ({said}); a cuda "
+            "image needs a working NVIDIA driver. Check `nvidia-smi`, or pull --backend cpu."
+        ) from None
+    return CudaHost(driver, capability)
+
+
+def check_cuda_image(labels: Mapping[str, str], ref: str, host: CudaHost) -> None:
+    """Refuse a CUDA image this GPU or its driver cannot run, with what would."""
+    archs = [int(a) for a in labels.get(images.LABEL_PREFIX + "cuda-archs", "").split(",") if a]
+    version = labels.get(images.LABEL_PREFIX + "cuda", "")
+    cap = f"{host.capability // 10}.{host.capability % 10}"
+    if archs and host.capability not in archs:
+        raise LlamaspecError(
+            f"Refusing {ref}: it is compiled for GPU architectures "
+            f"{', '.join(f'sm_{a}' for a in archs)}, and this GPU is sm_{host.capability} "
+            f"(compute capability {cap}). Build for this GPU here: "
+            f"`nox -s build-cuda -- --cuda-arch {host.capability}` (CUDA 13 targets sm_75 and "
+            "newer; older GPUs need a system CUDA 12 toolkit)."
+        )
+    if version:
+        need = DRIVER_MIN.get(int(version.split(".")[0]), 0)
+        if int(host.driver.split(".")[0]) < need:
+            raise LlamaspecError(
+                f"Refusing {ref}: it carries CUDA {version}, which needs an NVIDIA driver "
+                f"{need} or newer; this host has {host.driver}. Pull the tag the driver runs "
+                f"(`--tag` with {host.tag_backend()}), or update the driver."
+            )
 
 
 def run_hint(
@@ -117,9 +206,10 @@ def pull_target(
     recipe: str,
     console: Console,
     root: Path | None = None,
-) -> tuple[Engine, str]:
+) -> tuple[Engine, str, CudaHost | None]:
     """Check what `docker pull` was asked for (engine, backend, pin, recipe) before any
-    container tool is looked for; the backend defaults to this host's."""
+    container tool is looked for; the backend defaults to this host's, and for cuda the
+    driver and GPU are read (they choose the tag)."""
     from llamaspec.config import load_models, load_recipes
 
     engines = load_engines(root)
@@ -134,7 +224,13 @@ def pull_target(
         host = detect_host()
         backend = host.backend
         console.print(f"docker-pull: this host → {backend} ({host.reason})")
-    return engine, backend
+    cuda = cuda_host() if backend == "cuda" else None
+    if cuda:
+        console.print(
+            f"docker-pull: NVIDIA driver {cuda.driver}, GPU sm_{cuda.capability} → "
+            f"{cuda.tag_backend()} images"
+        )
+    return engine, backend, cuda
 
 
 def pull_error(output: str, ref: str, registry: str, engine: str, backend: str) -> LlamaspecError:
@@ -162,15 +258,19 @@ def pull(
     tag: str | None,
     console: Console,
     recipe: str = images.DEFAULT_RECIPE,
+    cuda: CudaHost | None = None,
 ) -> str:
-    """Pull the image (checked by `pull_target`), refuse it unless its labels match, and
-    print how to run it with `recipe`."""
-    ref = images.image_ref(registry, tag or images.rolling_tag(engine.name, backend))
+    """Pull the image (checked by `pull_target`), refuse it unless its labels match (and,
+    for CUDA, this GPU and driver run it), and print how to run it with `recipe`."""
+    tag_backend = cuda.tag_backend() if cuda else backend
+    ref = images.image_ref(registry, tag or images.rolling_tag(engine.name, tag_backend))
     proc = attempt(tool.pull_argv(ref), TRANSFER_S)
     if proc.returncode != 0:
         raise pull_error(proc.stderr or proc.stdout or "", ref, registry, engine.name, backend)
     labels = tool.labels(ref)
     images.check_labels(labels, ref, engine.name, backend, pin)
+    if cuda:
+        check_cuda_image(labels, ref, cuda)
     commit = labels.get(images.LABEL_PREFIX + "engine-commit")
     patches = labels.get(images.LABEL_PREFIX + "patches") or "-"
     console.print(

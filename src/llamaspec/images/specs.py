@@ -29,10 +29,8 @@ BASES: dict[str, tuple[str, str]] = {
     # backend: (runtime base, build-stage base)
     "cpu": ("docker.io/library/debian:bookworm-slim", "docker.io/library/debian:bookworm-slim"),
     "vulkan": ("docker.io/library/debian:trixie-slim", "docker.io/library/debian:trixie-slim"),
-    "cuda": (
-        "docker.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04",
-        "docker.io/nvidia/cuda:12.8.1-devel-ubuntu24.04",
-    ),
+    # CUDA: the toolkit comes from PyPI and the artifact bundles its CUDA libraries
+    "cuda": ("docker.io/library/debian:bookworm-slim", "docker.io/library/debian:bookworm-slim"),
 }
 
 
@@ -154,14 +152,36 @@ def patch_ids(manifest: Mapping) -> str:
     return ",".join(f"{p['id']}={p['status']}" for p in manifest.get("patches", []))
 
 
+def cuda_archs(manifest: Mapping) -> list[int]:
+    """The GPU architectures a CUDA build compiled for (`75;86-real` → [75, 86])."""
+    text = manifest.get("cuda_archs") or ""
+    return sorted({int(m) for m in re.findall(r"(\d+)(?:-(?:real|virtual))?", text)})
+
+
+def cuda_major(manifest: Mapping) -> int | None:
+    """The CUDA toolkit major a build used (the manifest's `cuda_toolkit`), if CUDA."""
+    version = (manifest.get("cuda_toolkit") or {}).get("version")
+    return int(version.split(".")[0]) if manifest.get("backend") == "cuda" and version else None
+
+
+def tag_backend(manifest: Mapping) -> str:
+    """The backend as tags spell it: `cuda13` for a CUDA 13 build (a host picks the tag its
+    driver runs), else the backend's name."""
+    major = cuda_major(manifest)
+    return f"cuda{major}" if major else manifest["backend"]
+
+
 def build_labels(manifest: Mapping) -> dict[str, str]:
-    """What the build stage knows about the image; written to /opt/llamaspec/labels.txt."""
+    """What the build stage knows about the image; written to /opt/llamaspec/labels.txt.
+    `cuda` (toolkit version) and `cuda-archs` are empty for other backends."""
     return {
         "engine": manifest["engine"],
         "engine-commit": manifest.get("commit") or "",
         "patches": patch_ids(manifest),
         "backend": manifest["backend"],
         "artifact-id": manifest["artifact_id"],
+        "cuda": (manifest.get("cuda_toolkit") or {}).get("version") or "",
+        "cuda-archs": ",".join(map(str, cuda_archs(manifest))),
     }
 
 
@@ -181,6 +201,8 @@ def label_args(manifest: Mapping, source: str, revision: str) -> dict[str, str]:
         "PATCH_IDS": labels["patches"],
         "BACKEND": labels["backend"],
         "ARTIFACT_ID": labels["artifact-id"],
+        "CUDA_VERSION": labels["cuda"],
+        "CUDA_ARCHS": labels["cuda-archs"],
     }
 
 
@@ -226,7 +248,7 @@ def _short_hash(artifact_id: str) -> str:
 
 
 def immutable_tag(engine: str, backend: str, commit: str, artifact_id: str) -> str:
-    """`<engine>-<backend>-<engine short sha>-<artifact id hash>`."""
+    """`<engine>-<backend>-<engine short sha>-<artifact id hash>` (backend as `tag_backend`)."""
     return f"{engine}-{backend}-{commit[:7]}-{_short_hash(artifact_id)}"
 
 
@@ -242,13 +264,14 @@ def image_ref(registry: str, tag: str) -> str:
 def tags(spec: ImageSpec, manifest: Mapping) -> list[str]:
     """Full references: the immutable tag, and the rolling tag for default builds."""
     commit = manifest.get("commit") or "local"
+    backend = tag_backend(manifest)
     out = [
         image_ref(
-            spec.registry, immutable_tag(spec.engine, spec.backend, commit, manifest["artifact_id"])
+            spec.registry, immutable_tag(spec.engine, backend, commit, manifest["artifact_id"])
         )
     ]
     if spec.is_default:
-        out.append(image_ref(spec.registry, rolling_tag(spec.engine, spec.backend)))
+        out.append(image_ref(spec.registry, rolling_tag(spec.engine, backend)))
     return out
 
 
