@@ -11,6 +11,12 @@ image's build stage, and checks it makes the same artifact as the host.
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,7 +66,9 @@ def test_in_image_build_makes_the_same_artifact(
     base_image, upstream_artifact, tmp_path_factory
 ) -> None:
     """What the publishing workflow builds: llamaspec compiles in the image's build stage
-    (the host's ccache mounted in) and makes the artifact the host made from the same inputs."""
+    and makes the artifact the host made from the same inputs. The host's ccache is mounted
+    in and its objects are hits there (same relative paths, same locale)."""
+    before = ccache_stats()
     record = build_image(
         tmp_path_factory, "--engine", "llama.cpp", "--backend", "cpu",
         "--registry", "localhost/in-image",
@@ -69,6 +77,19 @@ def test_in_image_build_makes_the_same_artifact(
     assert record["artifact_id"] == upstream_artifact.id
     assert record["binary_sha256"] == upstream_artifact.manifest["binary_sha256"]
     assert record["tags"][0].startswith("localhost/in-image/llamaspec:llama.cpp-cpu-0c1e570-")
+    hits, misses = (a - b for a, b in zip(ccache_stats(), before, strict=True))
+    print(f"in-image compile: {hits} ccache hits, {misses} misses")
+    assert hits > 100 and misses * 10 < hits, (hits, misses)
+
+
+def ccache_stats() -> tuple[int, int]:
+    """(hits, misses) of the host's ccache, which the image's build stage uses."""
+    out = subprocess.run(
+        ["ccache", "--print-stats"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    stats = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+    hits = int(stats["direct_cache_hit"]) + int(stats["preprocessed_cache_hit"])
+    return hits, int(stats["cache_miss"])
 
 
 def test_image_carries_the_local_build(cpu_image, upstream_artifact) -> None:
@@ -104,23 +125,6 @@ def test_runtime_config(cpu_image) -> None:
     assert "LLAMASPEC_HOST=0.0.0.0" in config["Env"] and "LLAMASPEC_PORT=8080" in config["Env"]
 
 
-def test_smoke_from_inside_the_image(cpu_image, upstream_artifact, tmp_path: Path) -> None:
-    dist = str(upstream_artifact.path.parent)
-    proc = llamaspec(
-        "docker", "smoke", "--tool", "buildah", "--reports", str(tmp_path),
-        "--compare-dist", dist, cpu_image["tags"][0],
-    )  # fmt: skip
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output
-    assert "smoke: PASSED" in output and "HEALTHCHECK ok" in output
-    # the image's bytes are its manifest's, and the host build's of the same artifact id
-    assert f"files match the image's manifest; identical to the host build {dist}" in output
-    report = json.loads(next(tmp_path.glob("docker-smoke-*/smoke.json")).read_text())
-    assert report["passed"] and report["accepted"] > 0
-    for result in report["results"]:
-        assert result["verdict"]["kind"] in ("identical", "near-tie"), result["prompt"]
-
-
 def test_size_budget(cpu_image, tmp_path: Path) -> None:
     proc = llamaspec("docker", "size", "--reports", str(tmp_path), cpu_image["tags"][0])
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -139,3 +143,103 @@ def test_labels_refuse_another_engine_or_pin(cpu_image) -> None:
         images.check_labels(labels, ref, "ik_llama.cpp", "cpu", None)
     with pytest.raises(LlamaspecError, match="engine-commit is '0c1e5709"):
         images.check_labels(labels, ref, "llama.cpp", "cpu", "f" * 40)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory) -> Iterator[str]:
+    """Debian's docker-registry on a free loopback port with its storage in a temporary
+    directory: the registry a pull goes to. Stopped when the module's tests are done."""
+    root = tmp_path_factory.mktemp("registry")
+    port = free_port()
+    config = root / "config.yml"
+    config.write_text(
+        "version: 0.1\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    exe = shutil.which("docker-registry")
+    assert exe, "docker-registry is not installed (apt-get install docker-registry)"
+    with (root / "registry.log").open("w") as log:
+        proc = subprocess.Popen([exe, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert proc.poll() is None, (root / "registry.log").read_text()
+                assert time.monotonic() < deadline, "the registry did not answer in 30 s"
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}/ci"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _local_images() -> list[str]:
+    out = subprocess.run(
+        ["buildah", "images", "--format", "{{.Name}}:{{.Tag}}"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    return [ref for ref in out.split() if ref.startswith(("localhost/", "127.0.0.1:"))]
+
+
+def test_registry_round_trip(cpu_image, registry, upstream_artifact, tmp_path: Path) -> None:
+    """Push the image to a real registry on loopback, remove it here, then `docker pull`
+    chooses the tag for this host, checks the labels in the registry before any layer is
+    downloaded, pulls, and the pulled image passes the smoke test: the container serves the
+    embedded model, answers /health, and gives the same completion with speculation on."""
+    remote = images.image_ref(registry, images.rolling_tag("llama.cpp", "cpu"))
+    subprocess.run(["buildah", "tag", cpu_image["tags"][0], remote], check=True, timeout=120)
+    pushed = BUILDAH.push(remote)
+    assert pushed and pushed.startswith("sha256:")
+    # nothing of the image is left here (but the Debian base): the pull must download it
+    for ref in _local_images():
+        subprocess.run(["buildah", "rmi", "--force", ref], check=True, timeout=120)
+    subprocess.run(["buildah", "rmi", "--prune"], check=False, timeout=300)
+    assert not BUILDAH.image_exists(remote)
+    proc = llamaspec("docker", "pull", "--tool", "buildah", "--registry", registry)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "this host → cpu" in output
+    assert f"registry {registry} (--registry)" in output
+    assert f"{remote}: labels checked in the registry, pulling the layers" in output
+    assert upstream_artifact.id in output and "docker run --rm -p 127.0.0.1:8080:8080" in output
+    assert BUILDAH.labels(remote)["io.llamaspec.artifact-id"] == upstream_artifact.id
+
+    dist = str(upstream_artifact.path.parent)
+    proc = llamaspec(
+        "docker", "smoke", "--tool", "buildah", "--reports", str(tmp_path),
+        "--compare-dist", dist, remote,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "smoke: PASSED" in output and "HEALTHCHECK ok" in output
+    # the pulled image's bytes are its manifest's, and the host build's of the same artifact
+    assert f"files match the image's manifest; identical to the host build {dist}" in output
+    report = json.loads(next(tmp_path.glob("docker-smoke-*/smoke.json")).read_text())
+    assert report["passed"] and report["accepted"] > 0
+    for result in report["results"]:
+        assert result["verdict"]["kind"] in ("identical", "near-tie"), result["prompt"]
+
+
+def test_a_pull_whose_labels_do_not_match_downloads_nothing(registry) -> None:
+    """Asking for another pin: refused from the registry's labels, no layer pulled."""
+    for ref in _local_images():
+        subprocess.run(["buildah", "rmi", "--force", ref], check=True, timeout=120)
+    proc = llamaspec(
+        "docker", "pull", "--tool", "buildah", "--registry", registry, "--backend", "cpu",
+        "--pin", "f" * 40,
+    )  # fmt: skip
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, text
+    assert "engine-commit is '0c1e5709" in text and "Traceback" not in text
+    assert not BUILDAH.image_exists(images.image_ref(registry, "llama.cpp-cpu"))

@@ -542,3 +542,13 @@ def test_the_registry_is_one_setting(tmp_path: Path, monkeypatch: pytest.MonkeyP
     (tmp_path / "config.yaml").write_text("registry: https://Registry/\n")
     with pytest.raises(LlamaspecError, match="registry"):
         registry.configured_registry(None)
+
+
+def test_loopback_registries_are_plain_http() -> None:
+    """As Docker's engine does: a registry on loopback has no TLS; any other keeps it."""
+    for ref in ("127.0.0.1:5000/t/llamaspec:x", "localhost:5000/llamaspec:x", "[::1]:5/a:b"):
+        assert tools.loopback(ref), ref
+        assert "--tls-verify=false" in tools.Buildah("buildah").pull_argv(ref)
+    for ref in ("ghcr.io/llamaspec/llamaspec:x", "127.example.org/x:y", "llamaspec:x"):
+        assert not tools.loopback(ref), ref
+        assert "--tls-verify=false" not in tools.Buildah("buildah").pull_argv(ref)

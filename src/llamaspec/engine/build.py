@@ -439,6 +439,12 @@ def build_dir_for(tree: Path, aid: str) -> Path:
     return real
 
 
+# Every compile runs in the C locale: ccache hashes LANG and the LC_* variables it knows,
+# so a build where they differ (an image's build stage has no LANG; a host usually has
+# one) would miss every object the other made.
+COMPILE_LOCALE = {"LANG": "C", "LC_ALL": "C", "LC_CTYPE": "C", "LC_MESSAGES": "C"}
+
+
 def ccache_env(tree: Path) -> dict[str, str]:
     """ccache sees paths under `tree` as relative ones (see build_dir_for)."""
     if tree.resolve().is_relative_to(cache_dir().resolve()):
@@ -531,7 +537,7 @@ def compile_target(
     if jobs:
         cmd += ["-j", str(jobs)]
     log_path = build_dir / "build.log"
-    env = {**os.environ, **(env_extra or {}), "NINJA_STATUS": "[%f/%t] "}
+    env = {**os.environ, **(env_extra or {}), **COMPILE_LOCALE, "NINJA_STATUS": "[%f/%t] "}
     with log_path.open("w") as log, _progress(console) as bar:
         task = bar.add_task(f"build {target}", total=None)
         with procs.popen(

@@ -16,7 +16,7 @@ from llamaspec.config import Engine, load_engines
 from llamaspec.engine.cuda_toolkit import DRIVER_MIN
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.images import specs as images
-from llamaspec.images.tools import TRANSFER_S, ContainerTool, attempt
+from llamaspec.images.tools import TRANSFER_S, ContainerTool, RemoteError, attempt, remote_labels
 
 NVIDIA_SMI_S = 30
 # The CUDA majors images are built for (tags `<engine>-cuda13`, …), newest first.
@@ -263,14 +263,30 @@ def pull(
     """Pull the image (checked by `pull_target`), refuse it unless its labels match (and,
     for CUDA, this GPU and driver run it), and print how to run it with `recipe`."""
     tag_backend = cuda.tag_backend() if cuda else backend
+
+    def check(labels: Mapping[str, str]) -> None:
+        images.check_labels(labels, ref, engine.name, backend, pin)
+        if cuda:
+            check_cuda_image(labels, ref, cuda)
+
     ref = images.image_ref(registry, tag or images.rolling_tag(engine.name, tag_backend))
+    try:
+        remote = remote_labels(ref)
+    except RemoteError as err:
+        raise pull_error(str(err), ref, registry, engine.name, backend) from None
+    if remote is None:
+        console.print(
+            "docker-pull: skopeo is not installed, so the labels are checked after the pull "
+            "(`apt-get install skopeo` checks them before any layer is downloaded)"
+        )
+    else:
+        check(remote)
+        console.print(f"docker-pull: {ref}: labels checked in the registry, pulling the layers")
     proc = attempt(tool.pull_argv(ref), TRANSFER_S)
     if proc.returncode != 0:
         raise pull_error(proc.stderr or proc.stdout or "", ref, registry, engine.name, backend)
     labels = tool.labels(ref)
-    images.check_labels(labels, ref, engine.name, backend, pin)
-    if cuda:
-        check_cuda_image(labels, ref, cuda)
+    check(labels)
     commit = labels.get(images.LABEL_PREFIX + "engine-commit")
     patches = labels.get(images.LABEL_PREFIX + "patches") or "-"
     console.print(

@@ -12,6 +12,7 @@ group, a time limit) and has its exit status checked.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import re
@@ -39,6 +40,22 @@ Volume = tuple[Path, str]  # (host path, path inside)
 # CCACHE_DIR to these, and buildah mounts the host's caches there (`host_caches`).
 STAGE_CACHE = "/cache/llamaspec"
 STAGE_CCACHE = "/cache/ccache"
+
+
+def loopback(ref: str) -> bool:
+    """Whether `ref`'s registry is on this machine's loopback, which (as Docker's engine
+    does) is spoken to over plain HTTP: a test or mirror registry there has no TLS."""
+    host = ref.split("/", 1)[0].rsplit(":", 1)[0] if "/" in ref else ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _tls(ref: str) -> list[str]:
+    return ["--tls-verify=false"] if loopback(ref) else []
 
 
 @dataclass(frozen=True)
@@ -331,13 +348,14 @@ class Buildah(_Common):
         return json.loads(out)["Docker"]["config"] or {}
 
     def pull_argv(self, ref: str) -> list[str]:
-        return [self.path, "pull", "--quiet", ref]
+        return [self.path, "pull", "--quiet", *_tls(ref), ref]
 
     def push(self, ref: str) -> str | None:
         with tempfile.TemporaryDirectory(prefix="llamaspec-push-") as tmp:
             digestfile = Path(tmp) / "digest"
+            argv = [self.path, "push", *_tls(ref), "--digestfile", str(digestfile)]
             call(
-                [self.path, "push", "--digestfile", str(digestfile), ref, f"docker://{ref}"],
+                [*argv, ref, f"docker://{ref}"],
                 f"push {ref}",
                 TRANSFER_S,
             )
@@ -410,7 +428,8 @@ def host_caches(ccache: Path | None) -> list[Volume]:
     LLAMASPEC_CACHE and CCACHE_DIR (`STAGE_CACHE`, `STAGE_CCACHE`): the sdist downloads and
     ccache. The host's objects are hits there: ccache's base_dir is the source tree
     (`llamaspec.engine.build.ccache_env`), so compile commands read the same relative paths
-    wherever the cache lies."""
+    wherever the cache lies, and every compile runs in the C locale, which ccache hashes
+    (`llamaspec.engine.build.COMPILE_LOCALE`)."""
     downloads = cache_dir() / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     out = [(downloads, f"{STAGE_CACHE}/downloads")]
@@ -473,3 +492,19 @@ def detect(choice: str = "auto", path: str | None = None) -> ContainerTool:
         "buildx plugin and start it (https://docs.docker.com/engine/install/), or install "
         "buildah, which needs no daemon (Debian/Ubuntu: `apt-get install buildah`)."
     )
+
+
+def remote_labels(ref: str) -> dict[str, str] | None:
+    """The labels of `ref` read from its registry without pulling a layer (`skopeo
+    inspect`: manifest and config only); None where skopeo is not installed."""
+    skopeo = shutil.which("skopeo")
+    if not skopeo:
+        return None
+    proc = attempt([skopeo, "inspect", *_tls(ref), f"docker://{ref}"], TRANSFER_S)
+    if proc.returncode != 0:
+        raise RemoteError(proc.stderr or proc.stdout or "")
+    return json.loads(proc.stdout).get("Labels") or {}
+
+
+class RemoteError(Exception):
+    """skopeo could not read an image from its registry (its output says why)."""
