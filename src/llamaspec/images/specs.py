@@ -159,16 +159,16 @@ def cuda_archs(manifest: Mapping) -> list[int]:
 
 
 def cuda_major(manifest: Mapping) -> int | None:
-    """The CUDA toolkit major a build used (the manifest's `cuda_toolkit`), if CUDA."""
+    """The CUDA toolkit major a build used (the manifest's `cuda_toolkit`), if any."""
     version = (manifest.get("cuda_toolkit") or {}).get("version")
-    return int(version.split(".")[0]) if manifest.get("backend") == "cuda" and version else None
+    return int(version.split(".")[0]) if version else None
 
 
-def tag_backend(manifest: Mapping) -> str:
+def tag_backend(backend: str, manifest: Mapping) -> str:
     """The backend as tags spell it: `cuda13` for a CUDA 13 build (a host picks the tag its
     driver runs), else the backend's name."""
-    major = cuda_major(manifest)
-    return f"cuda{major}" if major else manifest["backend"]
+    major = cuda_major(manifest) if backend == "cuda" else None
+    return f"cuda{major}" if major else backend
 
 
 def build_labels(manifest: Mapping) -> dict[str, str]:
@@ -264,7 +264,7 @@ def image_ref(registry: str, tag: str) -> str:
 def tags(spec: ImageSpec, manifest: Mapping) -> list[str]:
     """Full references: the immutable tag, and the rolling tag for default builds."""
     commit = manifest.get("commit") or "local"
-    backend = tag_backend(manifest)
+    backend = tag_backend(spec.backend, manifest)
     out = [
         image_ref(
             spec.registry, immutable_tag(spec.engine, backend, commit, manifest["artifact_id"])
