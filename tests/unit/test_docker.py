@@ -552,3 +552,16 @@ def test_loopback_registries_are_plain_http() -> None:
     for ref in ("ghcr.io/llamaspec/llamaspec:x", "127.example.org/x:y", "llamaspec:x"):
         assert not tools.loopback(ref), ref
         assert "--tls-verify=false" not in tools.Buildah("buildah").pull_argv(ref)
+
+
+def test_docker_run_quotes_mounts_and_drops_the_entrypoints_flags() -> None:
+    line = registry.docker_run(
+        "img:t", "vulkan", ["llama-server", "-m", "/models/a b.gguf", "--host", "h", "--port", "1"],
+        [("/data/my models/blob", "/models/a b.gguf"), ('"$PWD/models"', "/models")], 8081,
+    )  # fmt: skip
+    run, server = line.splitlines()[-2:]
+    assert run == (
+        "docker run --rm --device /dev/dri -p 127.0.0.1:8081:8080 "
+        "-v '/data/my models/blob:/models/a b.gguf:ro' -v \"$PWD/models:/models:ro\" img:t \\"
+    )
+    assert server.strip() == "-m '/models/a b.gguf'"

@@ -512,3 +512,26 @@ def test_cli_renders_the_ngram_recipe_for_ik_at_its_default_pin(tmp_path: Path) 
     assert "dropped -ngl 99, -ngld 99, -ot exps=CPU" in " ".join(
         (proc.stdout + proc.stderr).split()
     )
+
+
+def test_cli_renders_a_docker_run_line_with_the_models_mounted(tmp_path: Path) -> None:
+    """`--format docker`: every model file mounted read-only where it really is, under its
+    own name in /models, the port on loopback only, the recipe in the image's dialect."""
+    args = ("recipe", "show", "gemma3-270m-ngram", "--format", "docker", "--port", "9000")
+    proc = cli(*args, "--backend", "cpu", env_cache=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run, server = proc.stdout.splitlines()[-2:]
+    model = (tmp_path / "models" / "gemma-3-270m-q4_k_m.gguf").resolve()
+    assert run.startswith("docker run --rm -p 127.0.0.1:9000:8080 ")
+    assert f" -v {model}:/models/gemma-3-270m-q4_k_m.gguf:ro " in run
+    assert run.endswith(" ghcr.io/llamaspec/llamaspec:llama.cpp-cpu \\")
+    want = "-m /models/gemma-3-270m-q4_k_m.gguf -c 4096 -np 1 --spec-type ngram-mod"
+    assert server.strip() == want
+    image = "127.0.0.1:5000/team/llamaspec:mine"
+    proc = cli(*args, "--backend", "cuda", "--image", image, env_cache=tmp_path)
+    run = proc.stdout.splitlines()[-2]
+    assert proc.returncode == 0 and " --gpus all " in run and run.endswith(f" {image} \\")
+    proc = cli(*args[:2], "qwen2.5-coder-7b", *args[3:], env_cache=tmp_path)
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in text
+    assert "is not downloaded" in text and "`llamaspec models pull qwen2.5-coder-7b` first" in text

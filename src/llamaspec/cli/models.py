@@ -42,9 +42,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sh.add_argument(
         "--format",
         default="shell",
-        choices=["shell", "argv", "llama-swap"],
-        help="a shell line (default), a JSON argv, or a llama-swap config entry",
+        choices=["shell", "argv", "llama-swap", "docker"],
+        help="a shell line (default), a JSON argv, a llama-swap config entry, or a `docker "
+        "run` line for the published image with the downloaded models mounted read-only",
     )
+    sh.add_argument("--image", help="with --format docker: the image (default: the published one)")
 
     s = sub.add_parser("serve", help="download, check and run a recipe's server (foreground)")
     s.add_argument("recipe")
@@ -139,6 +141,9 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
     recipe, catalog = recipes.find(args.recipe, root)
     pair = catalog.pairs[recipe.pair]
     locked = lockfile.load(root)["models"]
+    if args.format == "docker":
+        print(_docker_line(args, recipe, catalog, locked, console))
+        return
     target = _model_path(catalog.models[pair.target], locked.get(pair.target))
     draft = _model_path(catalog.models[pair.draft], locked.get(pair.draft)) if pair.draft else None
     cmd, _ = _command(args, recipe, target, draft, console)
@@ -157,6 +162,45 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
             "them (`llamaspec serve` does it for you)",
             style="dim",
         )
+
+
+def _docker_line(args, recipe, catalog, locked: dict, console: Console) -> str:
+    """`docker run` for the published image: every GGUF file of the pair mounted read-only
+    from where `models pull` put it (a Hugging Face cache entry is a symlink into blobs/:
+    the blob is mounted, under the file's own name), the recipe in the image's dialect."""
+    from llamaspec.images import registry
+    from llamaspec.images import specs as images
+    from llamaspec.models import catalog as models
+
+    pair = catalog.pairs[recipe.pair]
+    mounts: list[tuple[str, str]] = []
+    inside: dict[str, str] = {}
+    for role, name in (("target", pair.target), ("draft", pair.draft)):
+        if name is None:
+            continue
+        model = catalog.models[name]
+        files = models.local_files(model, locked.get(name))
+        if files is None:
+            raise LlamaspecError(
+                f"The {role} model {name!r} of recipe {recipe.name!r} is not downloaded, and "
+                f"a docker line can only mount files that exist. Run `llamaspec models pull "
+                f"{recipe.pair}` first (it checks, downloads and verifies the pair)."
+            )
+        for part, path in zip(model.parts, files, strict=True):
+            mounts.append((str(path.resolve()), f"{images.CONTAINER_MODELS}/{Path(part).name}"))
+        inside[role] = f"{images.CONTAINER_MODELS}/{Path(model.parts[0]).name}"
+    if not args.backend and not args.artifact:
+        host = registry.detect_host()
+        args.backend = host.backend
+        console.print(f"recipe: this host → {host.backend} image ({host.reason})", style="dim")
+    cmd, artifact = _command(args, recipe, inside["target"], inside.get("draft"), console)
+    backend = args.backend or (artifact.manifest.get("backend") if artifact else "cpu")
+    engine = artifact.manifest["engine"] if artifact else (args.engine or "llama.cpp")
+    tag = images.rolling_tag(
+        engine, f"cuda{registry.CUDA_MAJORS[0]}" if backend == "cuda" else backend
+    )
+    image = args.image or images.image_ref(registry.configured_registry(None)[0], tag)
+    return registry.docker_run(image, backend, cmd.argv, mounts, args.port)
 
 
 def _model_path(model: config.ModelFile, locked: dict | None) -> Path | str:

@@ -183,20 +183,46 @@ def run_hint(
     draft = f"{images.CONTAINER_MODELS}/{catalog.models[pair.draft].file}" if pair.draft else None
     dialect = engine.dialect if commit in (None, engine.pin) else "upstream"
     cmd = recipes.render(recipe, engine.name, dialect, target, draft, backend=backend)
-    argv = list(cmd.argv[1:])
-    for flag in ("--host", "--port"):  # the entrypoint sets them
-        i = argv.index(flag)
-        del argv[i : i + 2]
-    device = {"cuda": "--gpus all ", "vulkan": "--device /dev/dri "}.get(backend, "")
     return (
-        f"# put the GGUFs of pair {recipe.pair!r} in ./models "
-        f"(`llamaspec models pull {recipe.pair}` downloads and verifies them)\n"
-        "# the server has no authentication, so it is published on 127.0.0.1 only; to serve\n"
-        "# other machines on purpose, use `-p 8080:8080` and add `--api-key YOUR-SECRET`\n"
-        "# (clients then send `Authorization: Bearer YOUR-SECRET`)\n"
-        f'docker run --rm {device}-p 127.0.0.1:8080:8080 -v "$PWD/models:/models:ro" {ref} \\\n'
-        f"    {shlex.join(argv)}"
+        f"# put the GGUFs of pair {recipe.pair!r} in ./models; or, after `llamaspec models "
+        f"pull {recipe.pair}`\n# (the Hugging Face cache), `llamaspec recipe show "
+        f"{recipe.name} --format docker` prints this line with those files mounted\n"
+        + docker_run(ref, backend, cmd.argv, [('"$PWD/models"', images.CONTAINER_MODELS)])
     )
+
+
+def docker_run(
+    ref: str,
+    backend: str,
+    argv: Sequence[str],
+    mounts: Sequence[tuple[str, str]],
+    port: int = 8080,
+) -> str:
+    """`docker run` for an image with a rendered llama-server argv (its --host/--port are
+    the entrypoint's), each mount read-only, the port published on 127.0.0.1 only: the
+    server has no authentication unless given --api-key. Host paths are given quoted."""
+    args = list(argv[1:])
+    for flag in ("--host", "--port"):  # the entrypoint sets them
+        if flag in args:
+            i = args.index(flag)
+            del args[i : i + 2]
+    device = {"cuda": "--gpus all ", "vulkan": "--device /dev/dri "}.get(backend, "")
+    volumes = " ".join(_volume(host, inside) for host, inside in mounts)
+    return (
+        "# the server has no authentication, so it is published on 127.0.0.1 only; to serve\n"
+        f"# other machines on purpose, use `-p {port}:8080` and add `--api-key YOUR-SECRET`\n"
+        "# (clients then send `Authorization: Bearer YOUR-SECRET`)\n"
+        f"docker run --rm {device}-p 127.0.0.1:{port}:8080 {volumes} {ref} \\\n"
+        f"    {shlex.join(args)}"
+    )
+
+
+def _volume(host: str, inside: str) -> str:
+    """`-v HOST:INSIDE:ro`; a host path already in double quotes (`"$PWD/models"`) keeps
+    them so the shell expands it, any other is quoted as a whole."""
+    if host.startswith('"') and host.endswith('"'):
+        return f'-v "{host[1:-1]}:{inside}:ro"'
+    return f"-v {shlex.quote(f'{host}:{inside}:ro')}"
 
 
 def pull_target(

@@ -31,8 +31,15 @@ def get_pair(models: ModelsFile, name: str) -> Pair:
 
 def local_path(model: ModelFile, locked: dict | None) -> Path | None:
     """The model's first file if it is on disk already (embedded, or in the HF cache)."""
+    files = local_files(model, locked)
+    return files[0] if files else None
+
+
+def local_files(model: ModelFile, locked: dict | None) -> list[Path] | None:
+    """Every file of the model (each part of a split GGUF), if all are on disk already and
+    unchanged since they were verified; else None."""
     if model.source == "embedded":
-        return embedded_model()
+        return [embedded_model()]
     paths = [hub.cached_path(model, part, locked) for part in model.parts]
     if not all(paths):
         return None
@@ -42,7 +49,7 @@ def local_path(model: ModelFile, locked: dict | None) -> Path | None:
         # the digest is remembered per file state, so an unchanged file is not read again
         if want and hub.sha256_of(path, lambda _m: None) != want:  # type: ignore[arg-type]
             return None
-    return paths[0]
+    return paths  # type: ignore[return-value]
 
 
 def tokenizer(
