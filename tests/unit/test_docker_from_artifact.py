@@ -106,6 +106,7 @@ def test_the_spec_comes_from_the_manifest_and_only_a_default_build_rolls() -> No
     ("extra", "message"),
     [
         (["--pin", PIN], "--from-artifact takes the build's inputs from the artifact's manifest"),
+        (["--ccache-dir", "/tmp"], "compiles nothing in the image; drop --ccache-dir"),
         (["--engine", "ik_llama.cpp"], "is a llama.cpp build, not ik_llama.cpp"),
         (["--backend", "vulkan"], "is a cpu build, not vulkan"),
         ([], "GGML_NATIVE=ON"),

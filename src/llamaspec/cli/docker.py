@@ -130,13 +130,16 @@ def _artifact(args: argparse.Namespace, engines: dict) -> Artifact:
             ("--patches", args.patches),
             ("--variant", args.variant),
             ("--define", args.define),
+            ("--build-image", args.build_image),
+            ("--ccache-dir", args.ccache_dir),
         )
         if value
     ]
     if given:
         raise LlamaspecError(
-            f"--from-artifact takes the build's inputs from the artifact's manifest; drop "
-            f"{', '.join(given)} (or drop --from-artifact to build those inputs in the image)."
+            "--from-artifact takes the build's inputs from the artifact's manifest and compiles "
+            f"nothing in the image; drop {', '.join(given)} (or drop --from-artifact to build "
+            "in the image)."
         )
     artifact = load_artifact(args.dist, args.from_artifact)
     if args.engine and artifact.manifest.get("engine") != args.engine:
