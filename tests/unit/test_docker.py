@@ -565,3 +565,63 @@ def test_docker_run_quotes_mounts_and_drops_the_entrypoints_flags() -> None:
         "-v '/data/my models/blob:/models/a b.gguf:ro' -v \"$PWD/models:/models:ro\" img:t \\"
     )
     assert server.strip() == "-m '/models/a b.gguf'"
+
+
+def _entrypoint(tmp_path: Path, args: list[str], env: dict[str, str]) -> tuple[list[str], str]:
+    """docker/entrypoint.sh with a stand-in llama-server that prints its arguments and
+    LLAMA_ARG_MODEL; what it ran and the port it wrote for the health check."""
+    server = tmp_path / "root" / "bin" / "llama-server"
+    server.parent.mkdir(parents=True, exist_ok=True)
+    server.write_text('#!/bin/sh\nprintf "%s\\n" "$@" "model=$LLAMA_ARG_MODEL"\n')
+    server.chmod(0o755)
+    port_file = tmp_path / "port"
+    base = {"PATH": "/usr/bin:/bin", "LLAMASPEC_ROOT": str(tmp_path / "root")}
+    base.update({"LLAMASPEC_PORT_FILE": str(port_file), "LLAMASPEC_HOST": "0.0.0.0"})
+    proc = subprocess.run(
+        ["sh", str(ROOT / "docker" / "entrypoint.sh"), *args],
+        env={**base, "LLAMASPEC_PORT": "8080", **env},
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    return proc.stdout.splitlines(), port_file.read_text().strip()
+
+
+def test_entrypoint_takes_llama_arg_variables_and_the_port_asked_for(tmp_path: Path) -> None:
+    ran, port = _entrypoint(tmp_path, ["-c", "4096"], {})
+    assert ran == ["--host", "0.0.0.0", "--port", "8080", "-c", "4096", "model="] and port == "8080"
+    env = {"LLAMA_ARG_PORT": "9001", "LLAMA_ARG_MODEL": "/models/m.gguf"}
+    ran, port = _entrypoint(tmp_path, [], env)
+    assert ran == ["--host", "0.0.0.0", "--port", "9001", "model=/models/m.gguf"] and port == "9001"
+    ran, port = _entrypoint(tmp_path, ["--port", "7000", "--host=127.0.0.1"], env)
+    assert ran[:4] == ["--host", "127.0.0.1", "--port", "7000"] and port == "7000"
+
+
+def test_healthcheck_follows_the_port_the_server_listens_on(tmp_path: Path) -> None:
+    """A real HTTP server answering /health on a free port: healthy there, not elsewhere."""
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port_file = tmp_path / "port"
+
+    def healthy(**env: str) -> bool:
+        env = {"PATH": "/usr/bin:/bin", "LLAMASPEC_PORT_FILE": str(port_file), **env}
+        script = str(ROOT / "docker" / "healthcheck.sh")
+        return subprocess.run(["bash", script], env=env, timeout=30).returncode == 0
+
+    try:
+        port = str(httpd.server_address[1])
+        port_file.write_text(port + "\n")
+        assert healthy(LLAMASPEC_PORT="9")  # the entrypoint's port file wins
+        port_file.unlink()
+        assert healthy(LLAMASPEC_PORT=port) and not healthy(LLAMASPEC_PORT="9")
+    finally:
+        httpd.shutdown()
