@@ -535,3 +535,25 @@ def test_cli_renders_a_docker_run_line_with_the_models_mounted(tmp_path: Path) -
     text = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "Traceback" not in text
     assert "is not downloaded" in text and "`llamaspec models pull qwen2.5-coder-7b` first" in text
+
+
+def test_cli_writes_the_same_run_as_a_compose_file(tmp_path: Path) -> None:
+    args = ("recipe", "show", "gemma3-270m-ngram", "--port", "9000", "--backend")
+    proc = cli(*args, "cuda", "--format", "compose", env_cache=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    service = yaml.safe_load(proc.stdout)["services"]["llama-server"]
+    model = (tmp_path / "models" / "gemma-3-270m-q4_k_m.gguf").resolve()
+    assert service["image"] == "ghcr.io/llamaspec/llamaspec:llama.cpp-cuda13"
+    assert service["ports"] == ["127.0.0.1:9000:8080"]
+    assert service["volumes"] == [
+        {
+            "type": "bind",
+            "source": str(model),
+            "target": "/models/gemma-3-270m-q4_k_m.gguf",
+            "read_only": True,
+        }
+    ]
+    devices = service["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+    docker = cli(*args, "cuda", "--format", "docker", env_cache=tmp_path).stdout.splitlines()
+    assert service["command"] == docker[-1].split()  # the same server arguments

@@ -42,9 +42,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sh.add_argument(
         "--format",
         default="shell",
-        choices=["shell", "argv", "llama-swap", "docker"],
-        help="a shell line (default), a JSON argv, a llama-swap config entry, or a `docker "
-        "run` line for the published image with the downloaded models mounted read-only",
+        choices=["shell", "argv", "llama-swap", "docker", "compose"],
+        help="a shell line (default), a JSON argv, a llama-swap config entry, a `docker run` "
+        "line for the published image with the downloaded models mounted read-only, or the "
+        "same run as a compose file",
     )
     sh.add_argument("--image", help="with --format docker: the image (default: the published one)")
 
@@ -141,8 +142,8 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
     recipe, catalog = recipes.find(args.recipe, root)
     pair = catalog.pairs[recipe.pair]
     locked = lockfile.load(root)["models"]
-    if args.format == "docker":
-        print(_docker_line(args, recipe, catalog, locked, console))
+    if args.format in ("docker", "compose"):
+        print(_docker_line(args, recipe, catalog, locked, console), end="")
         return
     target = _model_path(catalog.models[pair.target], locked.get(pair.target))
     draft = _model_path(catalog.models[pair.draft], locked.get(pair.draft)) if pair.draft else None
@@ -200,7 +201,9 @@ def _docker_line(args, recipe, catalog, locked: dict, console: Console) -> str:
         engine, f"cuda{registry.CUDA_MAJORS[0]}" if backend == "cuda" else backend
     )
     image = args.image or images.image_ref(registry.configured_registry(None)[0], tag)
-    return registry.docker_run(image, backend, cmd.argv, mounts, args.port)
+    if args.format == "compose":
+        return registry.compose(recipe.name, image, backend, cmd.argv, mounts, args.port)
+    return registry.docker_run(image, backend, cmd.argv, mounts, args.port) + "\n"
 
 
 def _model_path(model: config.ModelFile, locked: dict | None) -> Path | str:

@@ -201,11 +201,7 @@ def docker_run(
     """`docker run` for an image with a rendered llama-server argv (its --host/--port are
     the entrypoint's), each mount read-only, the port published on 127.0.0.1 only: the
     server has no authentication unless given --api-key. Host paths are given quoted."""
-    args = list(argv[1:])
-    for flag in ("--host", "--port"):  # the entrypoint sets them
-        if flag in args:
-            i = args.index(flag)
-            del args[i : i + 2]
+    args = server_args(argv)
     device = {"cuda": "--gpus all ", "vulkan": "--device /dev/dri "}.get(backend, "")
     volumes = " ".join(_volume(host, inside) for host, inside in mounts)
     return (
@@ -215,6 +211,48 @@ def docker_run(
         f"docker run --rm {device}-p 127.0.0.1:{port}:8080 {volumes} {ref} \\\n"
         f"    {shlex.join(args)}"
     )
+
+
+def server_args(argv: Sequence[str]) -> list[str]:
+    """A rendered llama-server argv without the program and --host/--port (the entrypoint's)."""
+    args = list(argv[1:])
+    for flag in ("--host", "--port"):
+        if flag in args:
+            i = args.index(flag)
+            del args[i : i + 2]
+    return args
+
+
+def compose(
+    name: str,
+    ref: str,
+    backend: str,
+    argv: Sequence[str],
+    mounts: Sequence[tuple[str, str]],
+    port: int = 8080,
+) -> str:
+    """The `docker run` of `docker_run` as a compose file (`docker compose up`)."""
+    import yaml
+
+    service: dict = {
+        "image": ref,
+        "command": server_args(argv),
+        "ports": [f"127.0.0.1:{port}:8080"],
+        "volumes": [
+            {"type": "bind", "source": host, "target": inside, "read_only": True}
+            for host, inside in mounts
+        ],
+    }
+    if backend == "cuda":
+        gpu = {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}
+        service["deploy"] = {"resources": {"reservations": {"devices": [gpu]}}}
+    elif backend == "vulkan":
+        service["devices"] = ["/dev/dri:/dev/dri"]
+    head = (
+        f"# llamaspec recipe {name}: `docker compose up`. The port is published on 127.0.0.1\n"
+        "# only: llama-server has no authentication unless given --api-key.\n"
+    )
+    return head + yaml.safe_dump({"services": {"llama-server": service}}, sort_keys=False)
 
 
 def _volume(host: str, inside: str) -> str:
