@@ -625,3 +625,25 @@ def test_healthcheck_follows_the_port_the_server_listens_on(tmp_path: Path) -> N
         assert healthy(LLAMASPEC_PORT=port) and not healthy(LLAMASPEC_PORT="9")
     finally:
         httpd.shutdown()
+
+
+def test_a_pull_verifies_the_workflows_signature_where_cosign_is_installed(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    def cosign(status: int, said: str) -> str:
+        path = tmp_path / f"cosign{status}"
+        path.write_text(f"#!/bin/sh\necho '{said}' >&2\necho \"$@\" > {path}.args\nexit {status}\n")
+        path.chmod(0o755)
+        return str(path)
+
+    console = Console(record=True, width=200)
+    assert not registry.verify_signature("r/x:t", console, lambda _: None)
+    assert "was NOT verified: cosign is not installed" in console.export_text()
+    good = cosign(0, "ok")
+    assert registry.verify_signature("r/x:t", console, lambda _: good)
+    args = Path(good + ".args").read_text().split()
+    assert args[0] == "verify" and args[-1] == "r/x:t"
+    assert args[args.index("--certificate-oidc-issuer") + 1] == registry.SIGNER_ISSUER
+    bad = cosign(1, "Error: no matching signatures")
+    with pytest.raises(LlamaspecError, match="could not verify .* no matching signatures"):
+        registry.verify_signature("r/x:t", console, lambda _: bad)

@@ -19,6 +19,9 @@ from llamaspec.images import specs as images
 from llamaspec.images.tools import TRANSFER_S, ContainerTool, RemoteError, attempt, remote_labels
 
 NVIDIA_SMI_S = 30
+# Who signs published images: the publishing workflow, keyless, through GitHub's OIDC.
+SIGNER_ISSUER = "https://token.actions.githubusercontent.com"
+SIGNER_IDENTITY = r"^https://github\.com/[^/]+/[^/]+/\.github/workflows/docker\.yml@"
 # The CUDA majors images are built for (tags `<engine>-cuda13`, …), newest first.
 CUDA_MAJORS = (13, 12)
 # Words in a pull's error that mean the registry was not reached (not: no such image).
@@ -313,6 +316,34 @@ def pull_error(output: str, ref: str, registry: str, engine: str, backend: str) 
     )
 
 
+def verify_signature(ref: str, console: Console, which=shutil.which) -> bool:
+    """Check the publishing workflow's cosign signature of `ref` where cosign is installed
+    (refused when it does not verify); without cosign, say that nothing was verified."""
+    cosign = which("cosign")
+    if not cosign:
+        console.print(
+            f"docker-pull: the signature of {ref} was NOT verified: cosign is not installed "
+            "(https://docs.sigstore.dev/cosign/system_config/installation/)"
+        )
+        return False
+    proc = attempt(
+        [
+            cosign, "verify", "--certificate-oidc-issuer", SIGNER_ISSUER,
+            "--certificate-identity-regexp", SIGNER_IDENTITY, ref,
+        ],
+        TRANSFER_S,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        last = (proc.stderr or proc.stdout or "").strip().splitlines()
+        raise LlamaspecError(
+            f"Refusing {ref}: cosign could not verify that llamaspec's publishing workflow "
+            f"signed it ({last[-1] if last else f'exit {proc.returncode}'}). Pull an image the "
+            "workflow published, or build one yourself with `nox -s docker-build`."
+        )
+    console.print(f"docker-pull: {ref}: signature verified (cosign, {SIGNER_ISSUER})")
+    return True
+
+
 def pull(
     tool: ContainerTool,
     engine: Engine,
@@ -345,6 +376,8 @@ def pull(
         )
     else:
         check(remote)
+    verify_signature(ref, console)
+    if remote is not None:
         console.print(f"docker-pull: {ref}: labels checked in the registry, pulling the layers")
     proc = attempt(tool.pull_argv(ref), TRANSFER_S)
     if proc.returncode != 0:
