@@ -617,45 +617,65 @@ def load_models(root: Path | None = None) -> ModelsFile:
     return parsed
 
 
-def load_recipes(root: Path | None = None, models: ModelsFile | None = None) -> dict[str, Recipe]:
-    """recipes/*.yaml → {name: Recipe}; the name is the file's stem, the pair must exist."""
+def load_recipes(
+    root: Path | None = None,
+    models: ModelsFile | None = None,
+    broken: dict[str, LlamaspecError] | None = None,
+) -> dict[str, Recipe]:
+    """recipes/*.yaml → {name: Recipe}; the name is the file's stem, the pair must exist.
+
+    Without `broken`, the first invalid file is the error. With it, an invalid file is
+    recorded there under its stem and skipped: one bad file does not stop the commands that
+    do not need it (`recipes.find` raises its error for that recipe)."""
     root = root or project_root()
     models = models or load_models(root)
     recipes: dict[str, Recipe] = {}
     for path in sorted((root / "recipes").glob("*.yaml")):
-        raw = read_yaml(path)
-        if isinstance(raw, dict):
-            raw = {"name": path.stem, **raw}
-        recipe = parse(Recipe, raw, str(path))
-        if recipe.name != path.stem:
-            raise LlamaspecError(
-                f"{path}: `name: {recipe.name}` differs from the file name; drop `name` or "
-                f"rename the file to {recipe.name}.yaml."
-            )
-        if recipe.pair not in models.pairs:
-            raise LlamaspecError(
-                f"{path}: recipe {recipe.name!r} is for pair {recipe.pair!r}, which models.yaml "
-                f"does not list.{did_you_mean(recipe.pair, models.pairs)}"
-            )
-        for engine, override in recipe.engines.items():
-            if engine not in ENGINES:
-                raise LlamaspecError(
-                    f"{path}: `engines:` names {engine!r}.{did_you_mean(engine, ENGINES)} "
-                    f"Known engines: {', '.join(ENGINES)}."
-                )
-            allowed = {*SpecSettings.model_fields, *ServerSettings.model_fields}
-            for key in override or {}:
-                if key not in allowed:
-                    raise LlamaspecError(
-                        f"{path}: engines.{engine}.{key} is not a recipe setting."
-                        f"{did_you_mean(key, allowed)}"
-                    )
-            try:
-                recipe.for_engine(engine)
-            except ValidationError as exc:
-                raise LlamaspecError(
-                    f"{path}: the {engine} override is invalid: "
-                    + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-                ) from None
+        try:
+            recipe = _load_recipe(path, models)
+        except LlamaspecError as err:
+            if broken is None:
+                raise
+            broken[path.stem] = err
+            continue
         recipes[recipe.name] = recipe
     return recipes
+
+
+def _load_recipe(path: Path, models: ModelsFile) -> Recipe:
+    """One recipe file, checked against the pairs and engines."""
+    raw = read_yaml(path)
+    if isinstance(raw, dict):
+        raw = {"name": path.stem, **raw}
+    recipe = parse(Recipe, raw, str(path))
+    if recipe.name != path.stem:
+        raise LlamaspecError(
+            f"{path}: `name: {recipe.name}` differs from the file name; drop `name` or "
+            f"rename the file to {recipe.name}.yaml."
+        )
+    if recipe.pair not in models.pairs:
+        raise LlamaspecError(
+            f"{path}: recipe {recipe.name!r} is for pair {recipe.pair!r}, which models.yaml "
+            f"does not list.{did_you_mean(recipe.pair, models.pairs)}"
+        )
+    for engine, override in recipe.engines.items():
+        if engine not in ENGINES:
+            raise LlamaspecError(
+                f"{path}: `engines:` names {engine!r}.{did_you_mean(engine, ENGINES)} "
+                f"Known engines: {', '.join(ENGINES)}."
+            )
+        allowed = {*SpecSettings.model_fields, *ServerSettings.model_fields}
+        for key in override or {}:
+            if key not in allowed:
+                raise LlamaspecError(
+                    f"{path}: engines.{engine}.{key} is not a recipe setting."
+                    f"{did_you_mean(key, allowed)}"
+                )
+        try:
+            recipe.for_engine(engine)
+        except ValidationError as exc:
+            raise LlamaspecError(
+                f"{path}: the {engine} override is invalid: "
+                + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            ) from None
+    return recipe

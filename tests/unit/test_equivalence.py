@@ -111,6 +111,14 @@ def test_reference_copy_is_f32_verified_and_rebuilt_when_changed(tmp_path: Path)
     again = reference.reference_copy(src, digest)
     assert again.sha256 == ref.sha256
     assert not list(ref.path.parent.glob(".tmp-*"))
+    # a truncated, unreadable or foreign record is a mismatch too: made again, no traceback
+    record = ref.path.with_suffix(".json")
+    for broken in (record.read_bytes()[:20], b"\xff\xfe\x00", b"[1, 2]"):
+        record.write_bytes(broken)
+        said: list[str] = []
+        assert reference.reference_copy(src, digest, said.append).sha256 == ref.sha256
+        assert any("does not match its record" in m for m in said)
+        assert json.loads(record.read_text())["sha256"] == ref.sha256
 
 
 def test_reference_copy_that_does_not_fit_is_refused_before_writing(tmp_path: Path) -> None:

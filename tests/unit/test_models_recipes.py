@@ -557,3 +557,23 @@ def test_cli_writes_the_same_run_as_a_compose_file(tmp_path: Path) -> None:
     assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
     docker = cli(*args, "cuda", "--format", "docker", env_cache=tmp_path).stdout.splitlines()
     assert service["command"] == docker[-1].split()  # the same server arguments
+
+
+def test_one_invalid_recipe_file_blocks_only_itself(tmp_path: Path) -> None:
+    """Skipped and named by the commands that list recipes; `find` of it gives its error."""
+    import shutil
+
+    for name in ("engines.yaml", "models.yaml"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    (tmp_path / "recipes").mkdir()
+    shutil.copy2(ROOT / "recipes" / "gemma3-270m-ngram.yaml", tmp_path / "recipes")
+    (tmp_path / "recipes" / "broken.yaml").write_text("pair: gemma3-270m\nspec: [{type: nope}]\n")
+    with pytest.raises(LlamaspecError, match="broken.yaml"):
+        config.load_recipes(tmp_path)  # strict: what the repository's own checks use
+    said: list[str] = []
+    known = recipes.load_all(tmp_path, said.append)
+    assert list(known) == ["gemma3-270m-ngram"]
+    assert len(said) == 1 and said[0].startswith("recipe 'broken' skipped (invalid):")
+    assert recipes.find("gemma3-270m-ngram", tmp_path)[0].name == "gemma3-270m-ngram"
+    with pytest.raises(LlamaspecError, match="broken.yaml"):
+        recipes.find("broken", tmp_path)

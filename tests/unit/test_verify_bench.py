@@ -185,3 +185,22 @@ def test_bench_build_adds_its_patch_to_the_patch_list_not_the_defects(tmp_path: 
         assert config.load_defects(root) == config.load_defects(project_root())
     finally:
         shutil.rmtree(root)
+
+
+def test_verify_target_must_be_a_gguf_file_before_any_server(tmp_path: Path) -> None:
+    from llamaspec.proof.suite import check_gguf
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "a.gguf").write_bytes(b"GGUF" + bytes(60))
+    check_gguf(models / "a.gguf", "--target")
+    with pytest.raises(LlamaspecError, match=r"is a directory, not a GGUF file\. It holds a\.gguf"):
+        check_gguf(models, "--target")
+    with pytest.raises(LlamaspecError, match="does not exist"):
+        check_gguf(models / "b.gguf", "--draft")
+    (models / "model.safetensors").write_bytes(b'{"__metadata__": {}}')
+    with pytest.raises(LlamaspecError, match=r"not a GGUF file \(it starts with b'\{\"__', not"):
+        check_gguf(models / "model.safetensors", "--target")
+    (models / "empty.gguf").write_bytes(b"")
+    with pytest.raises(LlamaspecError, match=r"not a GGUF file \(it is empty\)"):
+        check_gguf(models / "empty.gguf", "--target")

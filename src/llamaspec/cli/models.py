@@ -92,7 +92,9 @@ def _models(args: argparse.Namespace, console: Console) -> None:
     root = project_root()
     catalog = config.load_models(root)
     if args.models_command == "list":
-        console.print(models.list_table(catalog, config.load_recipes(root, catalog)))
+        from llamaspec.models import recipes
+
+        console.print(models.list_table(catalog, recipes.load_all(root, _warn(console))))
         return
     if args.models_command == "pull":
         files = models.pull(catalog, args.pair, root, console)
@@ -123,10 +125,14 @@ def _models(args: argparse.Namespace, console: Console) -> None:
     console.print(compat.explain(verdict))
 
 
+def _warn(console: Console):
+    """Print a warning line (a skipped invalid recipe file) without stopping the command."""
+    return lambda message: console.print(f"warning: {message}", style="yellow")
+
+
 def _recipe(args: argparse.Namespace, console: Console) -> None:
     from rich.table import Table
 
-    from llamaspec import config
     from llamaspec import lock as lockfile
     from llamaspec.models import recipes
 
@@ -135,7 +141,7 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
         table = Table(title="recipes (recipes/*.yaml)")
         for col in ("recipe", "pair", "spec", "description"):
             table.add_column(col, no_wrap=col != "description")
-        for row in recipes.describe(list(config.load_recipes(root).values())):
+        for row in recipes.describe(list(recipes.load_all(root, _warn(console)).values())):
             table.add_row(*row)
         console.print(table)
         return

@@ -175,12 +175,9 @@ def run_hint(
     rendered in the engine's dialect. The image listens on 0.0.0.0:8080 inside; the port is
     published on the host's loopback only, since llama-server has no authentication unless
     given --api-key."""
-    from llamaspec.config import load_models, load_recipes
     from llamaspec.models import recipes
 
-    catalog = load_models(root)
-    known = load_recipes(root, catalog)
-    recipe = known[choose("recipe", recipe_name, known)]
+    recipe, catalog = recipes.find(recipe_name, root)
     pair = catalog.pairs[recipe.pair]
     target = f"{images.CONTAINER_MODELS}/{catalog.models[pair.target].file}"
     draft = f"{images.CONTAINER_MODELS}/{catalog.models[pair.draft].file}" if pair.draft else None
@@ -277,7 +274,6 @@ def pull_target(
     """Check what `docker pull` was asked for (engine, backend, pin, recipe) before any
     container tool is looked for; the backend defaults to this host's, and for cuda the
     driver and GPU are read (they choose the tag)."""
-    from llamaspec.config import load_models, load_recipes
 
     engines = load_engines(root)
     engine = engines[choose("engine", engine_name, engines)]
@@ -286,7 +282,9 @@ def pull_target(
     images.validate(
         images.ImageSpec(engine=engine.name, backend=backend or "cpu", pin=pin), engines
     )
-    choose("recipe", recipe, load_recipes(root, load_models(root)))
+    from llamaspec.models import recipes
+
+    recipes.find(recipe, root)
     if backend is None:
         host = detect_host()
         backend = host.backend

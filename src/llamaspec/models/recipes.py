@@ -32,8 +32,20 @@ def find(name: str, root: Path | None = None) -> tuple[Recipe, ModelsFile]:
     model catalog it was checked against (its pair and the pair's models are in it)."""
     root = root or project_root()
     catalog = config.load_models(root)
-    known = config.load_recipes(root, catalog)
+    broken: dict[str, LlamaspecError] = {}
+    known = config.load_recipes(root, catalog, broken)
+    if name in broken:  # the recipe asked for is the invalid one: its own error
+        raise broken[name]
     return known[choose("recipe", name, known)], catalog
+
+
+def load_all(root: Path | None = None, say=print) -> dict[str, Recipe]:
+    """Every valid recipe; an invalid file is named with its error and skipped."""
+    broken: dict[str, LlamaspecError] = {}
+    known = config.load_recipes(root, None, broken)
+    for name, err in sorted(broken.items()):
+        say(f"recipe {name!r} skipped (invalid): {err}")
+    return known
 
 
 def render(

@@ -123,7 +123,11 @@ def reference_copy(source: Path, source_sha256: str, say: Say = lambda _m: None)
     dest = cache_dir() / "models" / "reference" / f"{source.stem}-{source_sha256[:16]}-f32.gguf"
     record = dest.with_suffix(".json")
     if dest.is_file() and record.is_file():
-        meta = json.loads(record.read_text())
+        try:  # a truncated or unreadable record is a mismatch: the copy is made again
+            meta = json.loads(record.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            meta = {}
+        meta = meta if isinstance(meta, dict) else {}
         if meta.get("source_sha256") == source_sha256 and sha256_file(dest) == meta.get("sha256"):
             return Reference(dest, source.name, source_sha256, meta["sha256"], meta["size"])
         say(f"reference: {dest.name} does not match its record; making it again")

@@ -159,6 +159,31 @@ def for_recipe(
     )
 
 
+def check_gguf(path: Path, flag: str) -> None:
+    """`path` must be a readable GGUF file (its magic), checked before any server starts."""
+    fix = (
+        "Give the path of a local GGUF file (download a catalog pair with `llamaspec models "
+        "pull PAIR`)."
+    )
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.gguf"))[:3]
+        hint = f" It holds {', '.join(inside)}: give one of them." if inside else ""
+        raise LlamaspecError(f"{flag} {path} is a directory, not a GGUF file.{hint} {fix}")
+    if not path.exists():
+        raise LlamaspecError(f"{flag} {path} does not exist. {fix}")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4)
+    except OSError as err:
+        raise LlamaspecError(f"{flag} {path} cannot be read ({err.strerror}). {fix}") from None
+    if head != b"GGUF":
+        what = "it is empty" if not head else f"it starts with {head!r}, not b'GGUF'"
+        raise LlamaspecError(
+            f"{flag} {path} is not a GGUF file ({what}). llama-server loads GGUF only: "
+            "convert the model (llama.cpp's convert_hf_to_gguf.py) or download its GGUF. " + fix
+        )
+
+
 def for_files(
     artifact: Artifact,
     dialect: str,
@@ -171,12 +196,9 @@ def for_files(
     console: Console,
 ) -> Outcome:
     """The user's own GGUF files: compatibility first, then the oracle (and strict) tier."""
-    for path in (target, draft):
-        if path is not None and not path.is_file():
-            raise LlamaspecError(
-                f"{path} does not exist. Give the path of a local GGUF file (download a "
-                "catalog pair with `llamaspec models pull PAIR`)."
-            )
+    check_gguf(target, "--target")
+    if draft is not None:
+        check_gguf(draft, "--draft")
     if draft is not None:
         verdict = compat.check(compat.read_local(target), compat.read_local(draft))
         if not verdict.ok:
