@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -577,3 +579,21 @@ def test_one_invalid_recipe_file_blocks_only_itself(tmp_path: Path) -> None:
     assert recipes.find("gemma3-270m-ngram", tmp_path)[0].name == "gemma3-270m-ngram"
     with pytest.raises(LlamaspecError, match="broken.yaml"):
         recipes.find("broken", tmp_path)
+
+
+def test_an_unreachable_hub_is_one_paragraph_whatever_client_the_hub_library_uses(
+    tmp_path: Path,
+) -> None:
+    """huggingface_hub 2.x raises httpx2's errors, not httpx's: both end as one paragraph."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "llamaspec.cli", "models", "check", "qwen2.5-coder-7b"],
+        cwd=ROOT, capture_output=True, text=True, check=False, timeout=120,
+        env={
+            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LLAMASPEC_CACHE": str(tmp_path),
+            "HF_ENDPOINT": "http://127.0.0.1:9",
+        },
+    )  # fmt: skip
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "Could not reach http://127.0.0.1:9 to fetch ggml-org/Qwen2.5-Coder-7B" in text
+    assert "Connection refused" in text

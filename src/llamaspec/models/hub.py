@@ -59,6 +59,20 @@ def _token() -> str | None:
     return os.environ.get("HF_TOKEN") or hf.get_token()
 
 
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """The HTTP client errors huggingface_hub may raise: httpx's, and httpx2's where the
+    installed huggingface_hub uses that (2.x), so every version's are one paragraph."""
+    found: list[type[Exception]] = [httpx.HTTPError]
+    with contextlib.suppress(ImportError):
+        import httpx2
+
+        found.append(httpx2.HTTPError)
+    return tuple(found)
+
+
+TRANSPORT_ERRORS = _transport_errors()
+
+
 @contextlib.contextmanager
 def hub_errors(model: ModelFile, filename: str) -> Iterator[None]:
     """Turn huggingface_hub's exceptions into one-paragraph errors that say what to do."""
@@ -99,10 +113,11 @@ def hub_errors(model: ModelFile, filename: str) -> Iterator[None]:
             f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). Check the network or "
             "HF_ENDPOINT; files already downloaded are used from the HF cache."
         ) from None
-    except httpx.HTTPError as exc:
+    except TRANSPORT_ERRORS as exc:
         raise LlamaspecError(
-            f"Could not reach {endpoint()} to fetch {where} ({exc}). Check the network or "
-            "HF_ENDPOINT."
+            f"Could not reach {endpoint()} to fetch {where} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). Check the network or "
+            "HF_ENDPOINT; files already downloaded are used from the HF cache."
         ) from None
 
 
