@@ -10,16 +10,9 @@ import pytest
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
-from llamaspec.proof import bench, costmodel, verify
+from llamaspec.proof import bench, verify
 
 pytestmark = pytest.mark.unit
-
-
-def test_expected_speedup_formula() -> None:
-    # a=0.8, g=4, c=0.1: (1 - 0.8^5) / (0.2 * 1.4)
-    assert costmodel.closed_form(0.8, 4, 0.1) == pytest.approx((1 - 0.8**5) / (0.2 * 1.4))
-    assert costmodel.closed_form(1.0, 8, 1.0) == pytest.approx(1.0)
-    assert costmodel.closed_form(0.0, 8, 0.05) < 1.0
 
 
 def test_summary_reports_speedup_acceptance_and_ratio() -> None:

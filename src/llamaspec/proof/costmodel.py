@@ -28,7 +28,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -39,13 +39,6 @@ from llamaspec.proof.client import Server
 BATCH_POINTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 65)
 # Verification steps timed with synthetic acceptance (a server start each).
 VERIFY_POINTS = (2, 3, 5, 9, 17, 33, 65)
-
-
-def closed_form(a: float, g: int, c: float) -> float:
-    """(1 − a^(g+1)) / ((1 − a)(g·c + 1)): acceptance a per token, draft length g, cost c."""
-    if a >= 1.0:
-        return (g + 1) / (g * c + 1)
-    return (1 - a ** (g + 1)) / ((1 - a) * (g * c + 1))
 
 
 def batch_points(k_max: int, grid: Sequence[int] = BATCH_POINTS) -> list[int]:
@@ -415,11 +408,3 @@ def summary(costs: BatchCosts, draft_cost: float, bandwidth: float, model_bytes:
         "model_bytes": model_bytes,
         "plain_decode_limit_tps": round(decode_limit(model_bytes, bandwidth), 1),
     }
-
-
-def as_dict(c: SpecCounters) -> dict:
-    return asdict(c)
-
-
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else 0.0

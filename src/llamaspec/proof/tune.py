@@ -375,13 +375,7 @@ def _fast_check(
 ):
     from llamaspec.proof import verify
 
-    check = getattr(verify, "fast_check", None)
-    if check is None:
-        raise LlamaspecError(
-            "This llamaspec has no fast equivalence check (llamaspec.proof.verify.fast_check); "
-            "tune cannot accept a candidate without one. Update llamaspec."
-        )
-    return check(artifact, dialect, model, spec_argv, console)
+    return verify.fast_check(artifact, dialect, model, spec_argv, console)
 
 
 def tune(
