@@ -158,9 +158,14 @@ def cuda_archs(manifest: Mapping) -> list[int]:
     return sorted({int(m) for m in re.findall(r"(\d+)(?:-(?:real|virtual))?", text)})
 
 
+def cuda_version(manifest: Mapping) -> str:
+    """The CUDA toolkit version a build used (the manifest's `cuda_toolkit`), or ""."""
+    return (manifest.get("cuda_toolkit") or {}).get("version") or ""
+
+
 def cuda_major(manifest: Mapping) -> int | None:
-    """The CUDA toolkit major a build used (the manifest's `cuda_toolkit`), if any."""
-    version = (manifest.get("cuda_toolkit") or {}).get("version")
+    """The CUDA toolkit major a build used, if any."""
+    version = cuda_version(manifest)
     return int(version.split(".")[0]) if version else None
 
 
@@ -180,7 +185,7 @@ def build_labels(manifest: Mapping) -> dict[str, str]:
         "patches": patch_ids(manifest),
         "backend": manifest["backend"],
         "artifact-id": manifest["artifact_id"],
-        "cuda": (manifest.get("cuda_toolkit") or {}).get("version") or "",
+        "cuda": cuda_version(manifest),
         "cuda-archs": ",".join(map(str, cuda_archs(manifest))),
     }
 

@@ -123,6 +123,10 @@ class _Cursor:
         return items if keep else None
 
 
+# The first four bytes of every GGUF file.
+MAGIC = GGUF_MAGIC.to_bytes(4, "little")
+
+
 def _parse(data: bytes, name: str) -> TokenizerInfo:
     """The tokenizer keys of a GGUF header (gguf's reader parses every array element
     through numpy, 20 s for a 262k vocabulary on 2 cores; this skips what it does not need)."""

@@ -101,19 +101,18 @@ def hub_errors(model: ModelFile, filename: str) -> Iterator[None]:
             f"Repository {model.repo} was not found on {endpoint()} (or it is private and no "
             "valid HF_TOKEN is set). Check `repo` in models.yaml."
         ) from None
-    except (hf_errors.LocalEntryNotFoundError, hf_errors.OfflineModeIsEnabled, OSError) as exc:
+    except (
+        hf_errors.LocalEntryNotFoundError,
+        hf_errors.OfflineModeIsEnabled,
+        OSError,
+        *TRANSPORT_ERRORS,
+    ) as exc:
         if isinstance(exc, hf_errors.HfHubHTTPError):
             status = exc.response.status_code if exc.response is not None else "?"
             raise LlamaspecError(
                 f"{endpoint()} answered HTTP {status} for {where}: {exc.server_message or exc}. "
                 "Try again later, or check HF_ENDPOINT."
             ) from None
-        raise LlamaspecError(
-            f"Could not reach {endpoint()} to fetch {where} ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). Check the network or "
-            "HF_ENDPOINT; files already downloaded are used from the HF cache."
-        ) from None
-    except TRANSPORT_ERRORS as exc:
         raise LlamaspecError(
             f"Could not reach {endpoint()} to fetch {where} ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). Check the network or "

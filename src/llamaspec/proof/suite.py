@@ -176,8 +176,8 @@ def check_gguf(path: Path, flag: str) -> None:
             head = fh.read(4)
     except OSError as err:
         raise LlamaspecError(f"{flag} {path} cannot be read ({err.strerror}). {fix}") from None
-    if head != b"GGUF":
-        what = "it is empty" if not head else f"it starts with {head!r}, not b'GGUF'"
+    if head != compat.MAGIC:
+        what = "it is empty" if not head else f"it starts with {head!r}, not {compat.MAGIC!r}"
         raise LlamaspecError(
             f"{flag} {path} is not a GGUF file ({what}). llama-server loads GGUF only: "
             "convert the model (llama.cpp's convert_hf_to_gguf.py) or download its GGUF. " + fix
