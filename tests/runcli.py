@@ -9,13 +9,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cli(*args: str, env_cache: Path) -> subprocess.CompletedProcess:
+def cli(*args: str, env_cache: Path, path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess:
+    """`path`: the PATH it sees (a directory with no tools: no container tool at all)."""
     return subprocess.run(
         [sys.executable, "-m", "llamaspec.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={"PATH": "/usr/bin:/bin", "LLAMASPEC_CACHE": str(env_cache), "HOME": str(env_cache)},
+        env={"PATH": path, "LLAMASPEC_CACHE": str(env_cache), "HOME": str(env_cache)},
         check=False,
         timeout=120,
     )

@@ -30,6 +30,13 @@ MANIFEST = {
     "backend": "cpu",
     "patches": [{"id": "spec-checkpointing", "status": "in-base"}],
 }
+# A CUDA 13 build for five architectures, as CMake records them (`-real`/`-virtual` kept).
+CUDA_MANIFEST = {
+    **MANIFEST,
+    "backend": "cuda",
+    "cuda_archs": "75-real;80;86;89;90-virtual",
+    "cuda_toolkit": {"version": "13.0", "origin": "PyPI wheels"},
+}
 
 
 def cli(*args: str, path: str, home: Path) -> subprocess.CompletedProcess:
@@ -67,12 +74,7 @@ def test_labels_come_from_the_manifest() -> None:
 
 
 def test_cuda_builds_are_tagged_and_labelled_with_their_toolkit_and_archs() -> None:
-    cuda = {
-        **MANIFEST,
-        "backend": "cuda",
-        "cuda_archs": "75-real;80;86;89;90-virtual",
-        "cuda_toolkit": {"version": "13.0", "origin": "PyPI wheels"},
-    }
+    cuda = CUDA_MANIFEST
     labels = images.image_labels(cuda, "", "")
     assert labels["io.llamaspec.cuda"] == "13.0"
     assert labels["io.llamaspec.cuda-archs"] == "75,80,86,89,90"
@@ -509,13 +511,7 @@ def test_the_driver_and_gpu_choose_the_cuda_tag(tmp_path: Path) -> None:
 
 
 def test_a_cuda_image_is_refused_for_a_gpu_or_driver_it_cannot_run() -> None:
-    cuda = {
-        **MANIFEST,
-        "backend": "cuda",
-        "cuda_archs": "75;80;86;89;90",
-        "cuda_toolkit": {"version": "13.0", "origin": "PyPI wheels"},
-    }
-    labels = images.image_labels(cuda, "", "")
+    labels = images.image_labels(CUDA_MANIFEST, "", "")
     registry.check_cuda_image(labels, "img", registry.CudaHost("580.1", 86))
     with pytest.raises(LlamaspecError, match=r"sm_75, sm_80, sm_86, sm_89, sm_90.*sm_61") as err:
         registry.check_cuda_image(labels, "img", registry.CudaHost("580.1", 61))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,8 @@ from llamaspec.engine.build import load_artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import artifact as from_artifact
 from llamaspec.images import specs as images
+
+import runcli
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,15 +48,7 @@ def make_artifact(dist: Path, **manifest) -> str:
 
 def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
     """The CLI with no container tool on PATH: refusals must come before any tool is needed."""
-    return subprocess.run(
-        [sys.executable, "-m", "llamaspec.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={"PATH": str(home / "no-tools"), "LLAMASPEC_CACHE": str(home), "HOME": str(home)},
-        check=False,
-        timeout=120,
-    )
+    return runcli.cli(*args, env_cache=home, path=str(home / "no-tools"))
 
 
 def test_runtime_needs_reads_the_glibc_versions_of_real_elf_files(tmp_path: Path) -> None:
