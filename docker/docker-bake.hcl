@@ -19,6 +19,7 @@ target "llamacpp-cpu" {
     BACKEND = "cpu"
     BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
     BUILD_IMAGE = "docker.io/library/debian:bookworm-slim"
+    VARIANTS = "portable"
     TREE = "build"
     REVISION = REVISION
   }
@@ -34,6 +35,7 @@ target "llamacpp-cuda" {
     BACKEND = "cuda"
     BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
     BUILD_IMAGE = "docker.io/library/debian:bookworm-slim"
+    VARIANTS = "portable"
     TREE = "build"
     REVISION = REVISION
   }
@@ -49,6 +51,7 @@ target "llamacpp-vulkan" {
     BACKEND = "vulkan"
     BASE_IMAGE = "docker.io/library/debian:trixie-slim"
     BUILD_IMAGE = "docker.io/library/debian:trixie-slim"
+    VARIANTS = "portable"
     TREE = "build"
     REVISION = REVISION
   }
@@ -64,6 +67,7 @@ target "ik-llamacpp-cpu" {
     BACKEND = "cpu"
     BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
     BUILD_IMAGE = "docker.io/library/debian:bookworm-slim"
+    VARIANTS = "portable"
     TREE = "build"
     REVISION = REVISION
   }
@@ -79,6 +83,7 @@ target "ik-llamacpp-cuda" {
     BACKEND = "cuda"
     BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
     BUILD_IMAGE = "docker.io/library/debian:bookworm-slim"
+    VARIANTS = "portable"
     TREE = "build"
     REVISION = REVISION
   }
@@ -94,6 +99,7 @@ target "ik-llamacpp-vulkan" {
     BACKEND = "vulkan"
     BASE_IMAGE = "docker.io/library/debian:trixie-slim"
     BUILD_IMAGE = "docker.io/library/debian:trixie-slim"
+    VARIANTS = "portable"
     TREE = "build"
     REVISION = REVISION
   }

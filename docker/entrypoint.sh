@@ -4,7 +4,32 @@
 # other LLAMA_ARG_* variable (LLAMA_ARG_MODEL, LLAMA_ARG_CTX_SIZE, ...) reaches llama-server
 # unchanged, and arguments are passed on. The port is written where the health check reads
 # it, so the check follows the port the server really listens on.
+#
+# Before that, two checks that turn a crash into a sentence: a CPU without an instruction
+# set the build needs (cpu-needs.txt: the flags, then why) stops here instead of dying with
+# an illegal instruction, and a CUDA image started without the NVIDIA driver says it runs
+# on the CPU instead.
 root="${LLAMASPEC_ROOT:-/opt/llamaspec}"
+if [ -s "$root/cpu-needs.txt" ] && [ -r /proc/cpuinfo ]; then
+  have=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+  missing=""
+  for flag in $(head -n1 "$root/cpu-needs.txt"); do
+    case "$have" in *" $flag "*) ;; *) missing="$missing $flag" ;; esac
+  done
+  if [ -n "$missing" ]; then
+    echo "llamaspec: this CPU lacks${missing}, which this image's llama-server needs" \
+      "($(sed -n 2p "$root/cpu-needs.txt")), so it would stop with an illegal instruction." \
+      "Pull the upstream (llama.cpp) image, which picks its CPU code at run time, or build" \
+      "an image on this machine: llamaspec docker build --engine ENGINE --backend BACKEND." >&2
+    exit 1
+  fi
+fi
+if grep -qx 'backend=cuda' "$root/labels.txt" 2>/dev/null \
+  && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
+  echo "llamaspec: no CUDA device: the NVIDIA driver (libcuda.so.1) is not in this container." \
+    "Start it with docker run --gpus all on a host with the NVIDIA driver and the NVIDIA" \
+    "Container Toolkit. llama-server runs on the CPU now." >&2
+fi
 host="${LLAMA_ARG_HOST:-${LLAMASPEC_HOST:-0.0.0.0}}"
 port="${LLAMA_ARG_PORT:-${LLAMASPEC_PORT:-8080}}"
 prev=""

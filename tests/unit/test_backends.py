@@ -228,7 +228,8 @@ def test_build_without_glslc_stops_before_fetching(tmp_path: Path) -> None:
 
 def test_readme_documents_every_profile_and_variant_define() -> None:
     assert flags.markdown() in (ROOT / "README.md").read_text(), (
-        "README's profile tables are stale: paste llamaspec.flags.markdown() into README.md"
+        "README's profile tables are stale: paste llamaspec.engine.profiles.markdown() "
+        "into README.md"
     )
 
 

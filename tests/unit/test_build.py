@@ -153,8 +153,35 @@ def test_variants_layer_between_profile_and_cli() -> None:
     cli = [flags.parse_define("GGML_IQK_FA_ALL_QUANTS=ON", "--define")]
     over = {d.name: d for d in flags.merge("ik_llama.cpp", "cpu", cli, variants=["fast-build"])}
     assert over["GGML_IQK_FA_ALL_QUANTS"].value == "ON"
-    with pytest.raises(LlamaspecError, match="No 'portable' variant for ik_llama.cpp"):
-        flags.merge("ik_llama.cpp", "cpu", [], variants=["portable"])
+    with pytest.raises(LlamaspecError, match="No 'portble' variant for ik_llama.cpp"):
+        flags.merge("ik_llama.cpp", "cpu", [], variants=["portble"])
+
+
+@pytest.mark.parametrize(
+    ("engine", "variants", "needs"),
+    [
+        ("llama.cpp", [], None),  # GGML_NATIVE=ON: whatever the build machine has
+        ("llama.cpp", ["portable"], []),  # CPU code chosen at run time
+        ("ik_llama.cpp", ["portable"], ["avx", "f16c", "fma", "avx2"]),  # x86-64-v3
+        ("ik_llama.cpp", [], None),
+    ],
+)
+def test_what_a_cpu_needs_to_run_a_build(engine, variants, needs) -> None:
+    merged = flags.merge(engine, "cpu", [], variants=variants)
+    as_manifest = [{"name": d.name, "value": d.value} for d in merged]
+    assert flags.cpu_needs(engine, as_manifest) == needs
+
+
+def test_cpu_needs_follow_the_defines_and_ik_defaults() -> None:
+    # ik_llama.cpp turns AVX/AVX2/FMA/F16C on when GGML_NATIVE is off; upstream does not
+    off = [{"name": "GGML_NATIVE", "value": "OFF"}]
+    assert flags.cpu_needs("ik_llama.cpp", off) == ["avx", "f16c", "fma", "avx2"]
+    assert flags.cpu_needs("llama.cpp", off) == []
+    no_avx2 = [*off, {"name": "GGML_AVX2", "value": "OFF"}, {"name": "GGML_AVX512", "value": "1"}]
+    assert flags.cpu_needs("ik_llama.cpp", no_avx2) == ["avx", "f16c", "fma", "avx512f"]
+    cpuinfo = "processor\t: 0\nflags\t\t: fpu sse4_2 avx f16c fma avx2 bmi2 ht\n"
+    assert flags.host_cpu_flags(cpuinfo) == ["sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"]
+    assert flags.host_cpu_flags("") == []
 
 
 def test_build_dir_lives_inside_trees_llamaspec_owns(

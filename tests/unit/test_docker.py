@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from llamaspec.config import load_engines
+from llamaspec.engine import profiles as flags
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import registry, tools
 from llamaspec.images import specs as images
@@ -133,7 +134,10 @@ def test_patch_set_argument() -> None:
 
 def test_build_args_leave_out_empty_values() -> None:
     args = images.ImageSpec(backend="cuda").build_args()
-    assert args == {"ENGINE": "llama.cpp", "BACKEND": "cuda"}  # Dockerfile keeps its archs
+    # the Dockerfile keeps its CUDA archs; every image is portable (run-time CPU variants)
+    assert args == {"ENGINE": "llama.cpp", "BACKEND": "cuda", "VARIANTS": "portable"}
+    rpc = images.ImageSpec(variants=("rpc", "portable")).build_args()["VARIANTS"]
+    assert rpc == "portable,rpc"
     # TREE is always given: buildah resolves `FROM ${TREE}` only from a build argument
     assert all_build_args(images.ImageSpec())["TREE"] == "build"
     assert all_build_args(images.ImageSpec(), "artifact")["TREE"] == "artifact"
@@ -589,6 +593,45 @@ def test_entrypoint_takes_llama_arg_variables_and_the_port_asked_for(tmp_path: P
     assert ran == ["--host", "0.0.0.0", "--port", "9001", "model=/models/m.gguf"] and port == "9001"
     ran, port = _entrypoint(tmp_path, ["--port", "7000", "--host=127.0.0.1"], env)
     assert ran[:4] == ["--host", "127.0.0.1", "--port", "7000"] and port == "7000"
+
+
+def test_entrypoint_refuses_a_cpu_without_what_the_build_needs(tmp_path: Path) -> None:
+    """cpu-needs.txt (written by the stage from the manifest) against this CPU's flags: a
+    flag no CPU has stops the start with a sentence; flags this CPU has let it start."""
+    root = tmp_path / "root"
+    root.mkdir()
+    mine = flags.host_cpu_flags(Path("/proc/cpuinfo").read_text())
+    (root / "cpu-needs.txt").write_text(f"{' '.join(mine)}\nwhy\n")
+    ran, _ = _entrypoint(tmp_path, [], {})
+    assert ran[:2] == ["--host", "0.0.0.0"]
+    (root / "cpu-needs.txt").write_text("sse2 no_such_flag\nik_llama.cpp baseline\n")
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        _entrypoint(tmp_path, [], {})
+    text = " ".join(err.value.stderr.split())
+    assert "this CPU lacks no_such_flag, which this image's llama-server needs" in text
+    assert "(ik_llama.cpp baseline)" in text and err.value.stdout == ""
+
+
+def test_entrypoint_of_a_cuda_image_without_a_driver_says_so_and_starts(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "labels.txt").write_text("engine=llama.cpp\nbackend=cuda\n")
+    ran, _ = _entrypoint(tmp_path, ["-ngl", "99"], {})
+    assert ran[-2:] == ["99", "model="]  # started
+    no_driver = (
+        "libcuda.so.1"
+        not in subprocess.run(
+            ["/sbin/ldconfig", "-p"], capture_output=True, text=True, check=False
+        ).stdout
+    )
+    proc = subprocess.run(
+        ["sh", str(ROOT / "docker" / "entrypoint.sh")],
+        env={"PATH": "/usr/bin:/bin:/sbin", "LLAMASPEC_ROOT": str(root),
+             "LLAMASPEC_PORT_FILE": str(tmp_path / "port")},
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    said = "no CUDA device: the NVIDIA driver (libcuda.so.1) is not in this container"
+    assert (said in " ".join(proc.stderr.split())) is no_driver
 
 
 def test_healthcheck_follows_the_port_the_server_listens_on(tmp_path: Path) -> None:

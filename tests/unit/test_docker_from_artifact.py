@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from llamaspec.config import load_engines, load_series
+from llamaspec.engine import profiles as flags
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.build import load_artifact
 from llamaspec.errors import LlamaspecError
@@ -75,13 +76,18 @@ def test_a_native_artifact_needs_allow_native(tmp_path: Path) -> None:
 
 def test_the_spec_comes_from_the_manifest_and_only_a_default_build_rolls() -> None:
     base = {"engine": "llama.cpp", "commit": PIN, "backend": "cpu", "artifact_id": "x-abc"}
+    base["variants"] = ["portable"]  # what an image is built with
     spec = images.artifact_spec(base, ENGINES, SERIES, "localhost")
-    assert spec.is_default and spec.pin is None
+    assert spec.is_default and spec.pin is None and spec.variants == ()
     assert len(images.tags(spec, base)) == 2  # immutable + rolling
+    assert spec.build_args()["VARIANTS"] == "portable"
+    native = images.artifact_spec({**base, "variants": []}, ENGINES, SERIES, "localhost")
+    assert not native.portable and len(images.tags(native, base)) == 1  # --allow-native
     other = images.artifact_spec({**base, "commit": "f" * 40}, ENGINES, SERIES, "localhost")
     assert other.pin == "f" * 40 and not other.is_default
-    variant = images.artifact_spec({**base, "variants": ["portable"]}, ENGINES, SERIES, "r")
-    assert variant.variants == ("portable",) and len(images.tags(variant, base)) == 1
+    variant = images.artifact_spec({**base, "variants": ["portable", "rpc"]}, ENGINES, SERIES, "r")
+    assert variant.variants == ("rpc",) and len(images.tags(variant, base)) == 1
+    assert variant.build_args()["VARIANTS"] == "portable,rpc"
     user = {"name": "GGML_OPENMP", "value": "OFF", "origin": "--define"}
     profile = {"name": "GGML_NATIVE", "value": "ON", "origin": "profile llama.cpp/cpu"}
     defined = images.artifact_spec({**base, "defines": [user, profile]}, ENGINES, SERIES, "r")
@@ -122,3 +128,19 @@ def test_cli_names_an_unknown_artifact(tmp_path: Path) -> None:
     proc = cli("docker", "build", "--from-artifact", "nope", "--dist", str(dist), home=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"'nope' is not an artifact in {dist}. Built artifacts: {aid}" in proc.stderr
+
+
+def test_cpu_needs_txt_says_what_the_entrypoint_checks(tmp_path: Path) -> None:
+    from llamaspec.images.stage import cpu_needs_txt
+
+    def manifest(engine: str, variants: list[str]) -> dict:
+        merged = flags.merge(engine, "cpu", [], variants=variants)
+        return {"engine": engine, "defines": [{"name": d.name, "value": d.value} for d in merged]}
+
+    assert cpu_needs_txt(manifest("llama.cpp", ["portable"])) == "\nCPU code chosen at run time\n"
+    ik = cpu_needs_txt(manifest("ik_llama.cpp", ["portable"])).splitlines()
+    assert ik[0] == "avx f16c fma avx2" and "fixed instruction-set baseline" in ik[1]
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("flags\t\t: fpu sse4_2 avx avx2 fma\n")
+    native = cpu_needs_txt(manifest("llama.cpp", []), cpuinfo).splitlines()
+    assert native == ["sse4_2 avx fma avx2", "GGML_NATIVE=ON: built for the image builder's CPU"]

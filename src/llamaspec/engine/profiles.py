@@ -155,6 +155,22 @@ VARIANTS: dict[tuple[str, str], dict[str, Flag]] = {
             "ON", "one CPU backend per instruction set, picked at run time"
         ),
     },
+    # ik_llama.cpp has no run-time CPU variant selection (no GGML_BACKEND_DL): its portable
+    # build has one fixed x86-64-v3 baseline, the instruction sets its IQK kernels are for
+    ("ik_llama.cpp", "portable"): {
+        "GGML_NATIVE": Flag(
+            "OFF", "no -march=native: the binary runs on any x86-64-v3 CPU (Haswell, Zen 1 on)"
+        ),
+        **{
+            name: Flag("ON", f"{what} (x86-64-v3 baseline; a CPU without it cannot run the build)")
+            for name, what in (
+                ("GGML_AVX", "AVX"),
+                ("GGML_AVX2", "AVX2"),
+                ("GGML_FMA", "FMA"),
+                ("GGML_F16C", "F16C"),
+            )
+        },
+    },
     ("llama.cpp", "rpc"): {"GGML_RPC": Flag("ON", "build the RPC backend and rpc-server")},
     ("ik_llama.cpp", "rpc"): {"GGML_RPC": Flag("ON", "build the RPC backend and rpc-server")},
 }
@@ -353,3 +369,46 @@ def markdown() -> str:
                 f"| `{var}` | {engine} | {where} | `{name}={flag.value}` | {flag.meaning} |"
             )
     return "\n".join(rows) + "\n"
+
+
+# What a CPU must have to run a build: GGML's instruction-set options and the /proc/cpuinfo
+# flag that names each.
+CPU_FLAGS: dict[str, str] = {
+    "GGML_SSE42": "sse4_2",
+    "GGML_AVX": "avx",
+    "GGML_F16C": "f16c",
+    "GGML_FMA": "fma",
+    "GGML_AVX2": "avx2",
+    "GGML_BMI2": "bmi2",
+    "GGML_AVX_VNNI": "avx_vnni",
+    "GGML_AVX512": "avx512f",
+    "GGML_AVX512_VBMI": "avx512vbmi",
+    "GGML_AVX512_VNNI": "avx512_vnni",
+    "GGML_AVX512_BF16": "avx512_bf16",
+    "GGML_AMX_TILE": "amx_tile",
+    "GGML_AMX_INT8": "amx_int8",
+}
+# ik_llama.cpp turns these on by default when GGML_NATIVE is off (upstream does not)
+_IK_NOT_NATIVE = ("GGML_AVX", "GGML_AVX2", "GGML_FMA", "GGML_F16C")
+
+
+def cpu_needs(engine: str, defines: Iterable[Mapping[str, str]]) -> list[str] | None:
+    """The /proc/cpuinfo flags a CPU needs to run a build with these defines (as the
+    manifest records them), or None for a GGML_NATIVE=ON build (whatever the build
+    machine has). Run-time CPU variant selection (GGML_CPU_ALL_VARIANTS) needs none."""
+    values = {d["name"]: d["value"] for d in defines}
+    if cmake_bool(values.get("GGML_NATIVE", "ON")) is not False:
+        return None
+    if cmake_bool(values.get("GGML_CPU_ALL_VARIANTS", "OFF")):
+        return []
+    on = {n for n, v in values.items() if cmake_bool(v)}
+    if engine == "ik_llama.cpp":
+        on |= {n for n in _IK_NOT_NATIVE if cmake_bool(values.get(n, "ON"))}
+    return [flag for name, flag in CPU_FLAGS.items() if name in on]
+
+
+def host_cpu_flags(cpuinfo: str) -> list[str]:
+    """The instruction sets of CPU_FLAGS that a /proc/cpuinfo text's first CPU has."""
+    line = next((ln for ln in cpuinfo.splitlines() if ln.startswith("flags")), "")
+    have = set(line.partition(":")[2].split())
+    return [flag for flag in CPU_FLAGS.values() if flag in have]

@@ -24,6 +24,11 @@ LOCAL_REGISTRY = "localhost"
 LABEL_PREFIX = "io.llamaspec."
 CONTAINER_MODELS = "/models"  # where `docker run` mounts the GGUFs
 DEFAULT_RECIPE = "qwen2.5-coder-7b"  # the recipe `docker pull` prints a run for
+# Every image is built with this variant: CPU code for other machines than the builder
+# (upstream: one CPU backend per instruction set, chosen at run time; ik_llama.cpp: an
+# x86-64-v3 baseline). An image of a GGML_NATIVE=ON artifact (`--allow-native`) is not
+# an image of the default build: it gets no rolling tag.
+IMAGE_VARIANT = "portable"
 # Default base images per backend (build arguments BASE_IMAGE / BUILD_IMAGE override them).
 BASES: dict[str, tuple[str, str]] = {
     # backend: (runtime base, build-stage base)
@@ -43,29 +48,33 @@ class ImageSpec(BaseModel):
     backend: str = "cpu"
     pin: str | None = None
     patches: tuple[str, ...] = ()  # "ID" adds, "-ID" drops, "none" drops the defaults
-    variants: tuple[str, ...] = ()
+    variants: tuple[str, ...] = ()  # on top of IMAGE_VARIANT
     defines: tuple[str, ...] = ()
     registry: str = LOCAL_REGISTRY
     base_image: str | None = None
     build_image: str | None = None
+    portable: bool = True  # built with IMAGE_VARIANT (False: a native artifact's image)
 
     @property
     def is_default(self) -> bool:
-        """Default pin, patches and profile: the build a rolling tag may point at."""
-        return not (self.pin or self.patches or self.variants or self.defines)
+        """Default pin, patches and image profile: the build a rolling tag may point at."""
+        return self.portable and not (self.pin or self.patches or self.variants or self.defines)
 
     def dockerfile(self, root: Path) -> Path:
         return root / "docker" / f"Dockerfile.{self.backend}"
 
     def build_args(self) -> dict[str, str]:
         """Build arguments of the build stage (the inputs of `llamaspec build`)."""
-        args = {"ENGINE": self.engine, "BACKEND": self.backend}
+        args = {
+            "ENGINE": self.engine,
+            "BACKEND": self.backend,
+            "VARIANTS": ",".join(dict.fromkeys((IMAGE_VARIANT, *self.variants))),
+        }
         # empty values are left out, so a Dockerfile's own defaults (e.g. the CUDA
         # architectures in DEFINES) apply
         optional = {
             "PIN": self.pin or "",
             "PATCHES": ",".join(self.patches),
-            "VARIANTS": ",".join(self.variants),
             "DEFINES": " ".join(self.defines),
         }
         args.update({k: v for k, v in optional.items() if v})
@@ -100,7 +109,7 @@ def artifact_spec(
         backend=manifest["backend"],
         pin=commit if engine in engines and commit != engines[engine].pin else None,
         patches=tuple(patches),
-        variants=tuple(manifest.get("variants") or ()),
+        variants=tuple(v for v in manifest.get("variants") or () if v != IMAGE_VARIANT),
         defines=tuple(
             f"{d['name']}={d['value']}"
             for d in manifest.get("defines", [])
@@ -109,6 +118,7 @@ def artifact_spec(
         registry=registry,
         base_image=base_image,
         build_image=build_image,
+        portable=IMAGE_VARIANT in (manifest.get("variants") or ()),
     )
 
 
@@ -327,6 +337,7 @@ def bake(engines: Mapping[str, Engine], registry: str = DEFAULT_REGISTRY) -> str
                 f'    BACKEND = "{backend}"',
                 f'    BASE_IMAGE = "{runtime}"',
                 f'    BUILD_IMAGE = "{build}"',
+                f'    VARIANTS = "{IMAGE_VARIANT}"',
                 '    TREE = "build"',
                 "    REVISION = REVISION",
                 "  }",

@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from llamaspec import procs
+from llamaspec.engine import profiles as flags
 from llamaspec.engine.build import Artifact
 from llamaspec.engine.pipeline import BuildSpec, run_build
 from llamaspec.errors import LlamaspecError
@@ -55,6 +56,21 @@ def system_libs(artifact: Path) -> dict[str, Path]:
     return found
 
 
+def cpu_needs_txt(manifest: dict, cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """cpu-needs.txt for the entrypoint: the CPU flags the build needs, then why. A
+    GGML_NATIVE=ON build needs what the machine that builds the image has."""
+    engine = manifest["engine"]
+    needs = flags.cpu_needs(engine, manifest.get("defines", []))
+    if needs is None:
+        text = cpuinfo.read_text() if cpuinfo.is_file() else ""
+        needs, why = flags.host_cpu_flags(text), "GGML_NATIVE=ON: built for the image builder's CPU"
+    elif needs:
+        why = f"{engine} compiled for a fixed instruction-set baseline (GGML_NATIVE=OFF)"
+    else:
+        why = "CPU code chosen at run time"
+    return f"{' '.join(needs)}\n{why}\n"
+
+
 def stage_runtime(artifact: Artifact, out: Path, console: Console) -> list[str]:
     """Copy the artifact and the system libraries it needs into `out`; write labels.txt."""
     if out.exists():
@@ -65,6 +81,7 @@ def stage_runtime(artifact: Artifact, out: Path, console: Console) -> list[str]:
         shutil.copy2(path.resolve(), out / "lib" / name)
     (out / "runtime-libs.txt").write_text("".join(f"{n}\n" for n in sorted(extra)))
     (out / "labels.txt").write_text(images.labels_txt(artifact.manifest))
+    (out / "cpu-needs.txt").write_text(cpu_needs_txt(artifact.manifest))
     console.print(
         f"stage: {artifact.id} → {out} (+ system libraries: {', '.join(sorted(extra)) or 'none'})"
     )
