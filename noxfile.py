@@ -117,6 +117,13 @@ def bench_reproducible(session: nox.Session) -> None:
     session.run("llamaspec", "bench-reproducible", *session.posargs)
 
 
+@nox.session(name="bench-portable")
+def bench_portable(session: nox.Session) -> None:
+    """Portable vs native build: under an emulated old CPU, then tokens/s → reports/."""
+    _install(session, "embedded")
+    session.run("llamaspec", "bench-portable", *session.posargs)
+
+
 @nox.session(name="docker-build")
 def docker_build(session: nox.Session) -> None:
     """Build an image: `nox -s docker-build -- --engine E --backend B` (buildx, else buildah)."""

@@ -104,12 +104,38 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="compare the artifact's existing build with the cold second build instead of "
         "building it cold again first (one cold build instead of two)",
     )
+    bp = sub.add_parser(
+        "bench-portable",
+        help="a portable build vs a native one of the same pin: both under an emulated "
+        "older CPU (qemu-user), then tokens/s side by side on this CPU",
+    )
+    shared.add_artifact_args(bp)
+    bp.add_argument(
+        "--native", required=True, metavar="ID", help="a GGML_NATIVE=ON build of the same pin"
+    )
+    bp.add_argument(
+        "--cpu", default="Nehalem", help="qemu CPU model to emulate (default: Nehalem, no AVX)"
+    )
+    bp.add_argument("--model", type=Path, help="a GGUF (default: the embedded Gemma 3 270M)")
+    bp.add_argument("--rounds", type=shared.positive, default=3, help="alternating rounds")
+    bp.add_argument("--reports", type=Path, default=Path("reports"))
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command not in ("bench", "bench-build", "bench-reproducible", "tune"):
+    if args.command not in ("bench", "bench-build", "bench-reproducible", "bench-portable", "tune"):
         return False
     artifact = shared.load_artifact(args)
+    if args.command == "bench-portable":
+        from llamaspec.engine import build
+        from llamaspec.models.embedded import embedded_model
+        from llamaspec.proof.portable import bench_portable
+
+        native = build.load_artifact(args.dist, args.native)
+        model = args.model or embedded_model(console.print)
+        bench_portable(
+            artifact, native, model, args.reports, console, cpu=args.cpu, rounds=args.rounds
+        )
+        return True
     if args.command == "bench-reproducible":
         from llamaspec.engine.repro_bench import bench_reproducible
 

@@ -171,14 +171,16 @@ def running(
     log: Path,
     ready_timeout: float | None = None,
     env: dict[str, str] | None = None,
+    prefix: Sequence[str] = (),
 ) -> Iterator[Server]:
     """Start `server_bin args` on a free loopback port; yield once /health says ok; stop it.
 
-    The start-up limit defaults to LLAMASPEC_SERVER_READY_TIMEOUT seconds, else 900."""
+    The start-up limit defaults to LLAMASPEC_SERVER_READY_TIMEOUT seconds, else 900.
+    `prefix`: a program that runs the server (e.g. an emulator: `qemu-x86_64 -cpu Nehalem`)."""
     if ready_timeout is None:
         ready_timeout = float(os.environ.get("LLAMASPEC_SERVER_READY_TIMEOUT", "900"))
     port = free_port()
-    argv = [str(Path(server_bin).resolve()), *args, "--host", HOST, "--port", str(port)]
+    argv = [*prefix, str(Path(server_bin).resolve()), *args, "--host", HOST, "--port", str(port)]
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as fh:
         proc = subprocess.Popen(

@@ -1,0 +1,103 @@
+"""bench-portable's checks of its inputs, its instruction count, and its report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from llamaspec.engine import reproducible as repro
+from llamaspec.engine.build import load_artifact
+from llamaspec.errors import LlamaspecError
+from llamaspec.proof import portable
+
+pytestmark = pytest.mark.unit
+PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+
+
+def make(dist: Path, aid: str, **manifest) -> str:
+    m = {"artifact_id": aid, "engine": "llama.cpp", "commit": PIN, "backend": "cpu"}
+    m.update(manifest)
+    (dist / aid / "bin").mkdir(parents=True)
+    shutil.copy2(shutil.which("true"), dist / aid / "bin" / "llama-server")
+    (dist / aid / "manifest.json").write_text(json.dumps(m))
+    return aid
+
+
+@pytest.mark.parametrize(
+    ("portable_m", "native_m", "message"),
+    [
+        (
+            {"reproducible": repro.NATIVE},
+            {"reproducible": repro.NATIVE},
+            "--artifact .* is not a portable",
+        ),
+        ({}, {}, "--native .* is not a GGML_NATIVE=ON build"),
+        ({"backend": "vulkan"}, {"reproducible": repro.NATIVE}, "is a vulkan build"),
+        ({}, {"reproducible": repro.NATIVE, "commit": "f" * 40}, "different commits"),
+    ],
+)
+def test_two_cpu_builds_of_one_pin_one_portable_one_native(
+    tmp_path: Path, portable_m: dict, native_m: dict, message: str
+) -> None:
+    a = load_artifact(tmp_path, make(tmp_path, "llamacpp-cpu-aaaaaaaaaaaa", **portable_m))
+    b = load_artifact(tmp_path, make(tmp_path, "llamacpp-cpu-bbbbbbbbbbbb", **native_m))
+    with pytest.raises(LlamaspecError, match=message):
+        portable.bench_portable(a, b, tmp_path / "m.gguf", tmp_path / "r", Console())
+    assert not (tmp_path / "r").exists()  # refused before anything ran
+
+
+def test_wide_instructions_are_counted_from_a_real_disassembly(tmp_path: Path) -> None:
+    """Compile one function with AVX2 and one without; objdump sees ymm registers in one."""
+    src = tmp_path / "v.c"
+    src.write_text(
+        "void add(float *a, const float *b) { for (int i = 0; i < 64; i++) a[i] += b[i]; }\n"
+    )
+    for name, flags in (("wide.so", ["-mavx2"]), ("narrow.so", ["-mno-avx"])):
+        cmd = ["cc", "-O3", "-shared", "-fPIC", *flags, str(src), "-o", str(tmp_path / name)]
+        subprocess.run(cmd, check=True, timeout=120)
+    counts = portable.wide_instructions([tmp_path / "wide.so", tmp_path / "narrow.so"])
+    assert counts["wide.so"] > 0 and counts["narrow.so"] == 0
+
+
+def test_report_says_what_ran_and_what_it_cost() -> None:
+    run = {"prompt_per_second": 100.0, "predicted_per_second": 50.0}
+    report = {
+        "artifact": "llamacpp-cpu-aaaaaaaaaaaa",
+        "native": "llamacpp-cpu-bbbbbbbbbbbb",
+        "commit": PIN,
+        "model": "m.gguf",
+        "host_cpu": "CPU",
+        "emulator": "qemu-x86_64 version 7.2",
+        "emulated": {
+            "portable": {
+                "cpu": "Nehalem",
+                "answered": True,
+                "text": " Paris",
+                "cpu_backend": "libggml-cpu-sse42.so",
+                "illegal_instruction": False,
+                "seconds": 14.0,
+            },
+            "native": {
+                "cpu": "Nehalem",
+                "answered": False,
+                "cpu_backend": None,
+                "illegal_instruction": True,
+                "seconds": 0.3,
+            },
+        },
+        "wide_instructions": {"portable": {"libggml-cpu-sse42.so": 0}, "native": {"x.so": 9}},
+        "rounds": 3,
+        "n_predict": 128,
+        "median": {"portable": run, "native": {**run, "predicted_per_second": 40.0}},
+        "cost": {"prompt_per_second": 0.0, "predicted_per_second": -0.25},
+    }
+    text = portable.markdown(report)
+    assert "# Portable build llamacpp-cpu-aaaaaaaaaaaa: an emulated Nehalem CPU" in text
+    assert "| portable | yes: ' Paris' | libggml-cpu-sse42.so | no | 14.0 |" in text
+    assert "| native | no | — | yes | 0.3 |" in text
+    assert "prompt +0.0 %, generation -25.0 %" in text
