@@ -533,6 +533,9 @@ def test_cli_renders_a_docker_run_line_with_the_models_mounted(tmp_path: Path) -
     proc = cli(*args, "--backend", "cuda", "--image", image, env_cache=tmp_path)
     run = proc.stdout.splitlines()[-2]
     assert proc.returncode == 0 and " --gpus all " in run and run.endswith(f" {image} \\")
+    proc = cli(*args, env_cache=tmp_path)  # the host picks the backend, and says so
+    assert proc.stdout.startswith("# the server has no authentication")  # the line alone
+    assert "recipe: this host → cpu image" in proc.stderr
     proc = cli(*args[:2], "qwen2.5-coder-7b", *args[3:], env_cache=tmp_path)
     text = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "Traceback" not in text

@@ -131,6 +131,7 @@ def _warn(console: Console):
 
 
 def _recipe(args: argparse.Namespace, console: Console) -> None:
+    from rich.console import Console
     from rich.table import Table
 
     from llamaspec import lock as lockfile
@@ -145,6 +146,8 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
             table.add_row(*row)
         console.print(table)
         return
+    # stdout is the command alone (`recipe show NAME > run.sh`); notes go to stderr
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     recipe, catalog = recipes.find(args.recipe, root)
     pair = catalog.pairs[recipe.pair]
     locked = lockfile.load(root)["models"]
