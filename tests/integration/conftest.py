@@ -9,7 +9,7 @@ import pytest
 from llamaspec.engine.build import Artifact, load_artifact
 from llamaspec.models.embedded import embedded_model
 
-from helpers import llamaspec
+from helpers import UPSTREAM_VARIANT, llamaspec
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +30,7 @@ def _build(engine: str, dist: Path, *extra: str) -> tuple[Artifact, str]:
 
 @pytest.fixture(scope="session")
 def upstream_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Artifact, str]:
-    return _build("llama.cpp", tmp_path_factory.mktemp("dist"))
+    return _build("llama.cpp", tmp_path_factory.mktemp("dist"), *UPSTREAM_VARIANT)
 
 
 @pytest.fixture(scope="session")

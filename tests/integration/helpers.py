@@ -8,6 +8,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# The suite's upstream build is the one its images carry: `portable` (GGML_NATIVE=OFF, one
+# CPU backend per instruction set, chosen at run time), so the image tests, the in-image
+# build and the emulated-old-CPU test all reuse it. The native default is built by the ik
+# fixture and by test_pipeline_small.
+UPSTREAM_VARIANT = ("--variant", "portable")
 
 
 def llamaspec(

@@ -16,7 +16,7 @@ from llamaspec.engine import build
 from llamaspec.engine import build_bench as benchbuild
 from llamaspec.engine import reproducible as repro
 
-from helpers import llamaspec
+from helpers import UPSTREAM_VARIANT, llamaspec
 
 pytestmark = pytest.mark.integration
 
@@ -68,11 +68,24 @@ def test_dist_is_self_contained(upstream_artifact) -> None:
             resolved = Path(line.split("=>")[1].split("(")[0].strip()).resolve()
             assert resolved.parent == (upstream_artifact.path / "lib").resolve(), line
     assert "not found" not in ldd
+    # portable: ggml loads one CPU backend per instruction set from beside the binary
+    variants = sorted((upstream_artifact.path / "bin").glob("libggml-cpu-*.so"))
+    names = {p.name.removeprefix("libggml-cpu-").removesuffix(".so") for p in variants}
+    assert {"x64", "sse42", "haswell", "skylakex", "zen4"} <= names, names
+    for module in variants:
+        out = subprocess.run(["ldd", module], capture_output=True, text=True, check=True)
+        assert "not found" not in out.stdout, (module, out.stdout)
 
 
 def test_same_request_again_compiles_nothing(upstream_artifact) -> None:
     proc = llamaspec(
-        "build", "--source", "pypi", "--dist", str(upstream_artifact.path.parent), "--no-smoke"
+        "build",
+        "--source",
+        "pypi",
+        "--dist",
+        str(upstream_artifact.path.parent),
+        "--no-smoke",
+        *UPSTREAM_VARIANT,
     )
     assert proc.returncode == 0, proc.stderr
     assert f"build: {upstream_artifact.id} is up to date" in proc.stdout
@@ -105,6 +118,7 @@ def test_one_line_patch_change_recompiles_little(upstream_artifact, tmp_path) ->
     tree_link = build.cache_dir() / "build" / upstream_artifact.id
     tree = Path(build.read_cmake_cache(tree_link / "CMakeCache.txt")["CMAKE_HOME_DIRECTORY"])
     cmd = [sys.executable, "-m", "llamaspec.cli", "build", "--source", "pypi", "--no-smoke"]
+    cmd += UPSTREAM_VARIANT
     cmd += ["--dist", str(tmp_path)]
     out = benchbuild.patch_rebuild(tree, cmd, tmp_path, "llama.cpp", Console())
     hits = out["rebuild_ccache"]
@@ -135,7 +149,9 @@ def test_binary_holds_no_build_host_path(upstream_artifact) -> None:
         for path in re.findall(r"R(?:UN)?PATH\)\s+Library r(?:un)?path: \[(.*)\]", dyn):
             assert all(p.startswith("$ORIGIN") for p in path.split(":") if p), (rel, path)
     m = upstream_artifact.manifest
-    assert m["reproducible"] == repro.NATIVE  # the default profile tunes for this CPU
+    assert m["reproducible"] == {"checked": False}  # portable: checkable, not checked here
+    names = {d["name"]: d["value"] for d in m["defines"]}
+    assert names["GGML_NATIVE"] == "OFF" and names["GGML_CPU_ALL_VARIANTS"] == "ON"
     assert m["files_sha256"] == files and m["binary_sha256"] == files["bin/llama-server"]
     inputs = m["reproducible_inputs"]
     assert inputs["source_date_epoch"] == 1790812800  # 2026-10-01, the pin_date

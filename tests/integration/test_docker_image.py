@@ -2,16 +2,22 @@
 
 No registry is reachable: the Debian base is made with debootstrap and imported under the
 Dockerfile's default base name. The image the tests inspect is built around the artifact
-the suite already built (`--from-artifact`, nothing compiled again); it must carry that
-artifact (id, manifest, binary), pass the smoke test from inside the image and stay within
-the size budget. One test builds the image the publishing workflow builds, compiling in the
-image's build stage, and checks it makes the same artifact as the host.
+the suite already built (`--from-artifact`, nothing compiled again; portable, as every
+image is); it must carry that artifact (id, manifest, binary), run on an emulated older
+CPU, pass the smoke test from inside the image and stay within the size budget. One test
+builds the image the publishing workflow builds, compiling in the image's build stage, and
+checks it makes the same artifact as the host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -26,6 +32,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.images import specs as images
 from llamaspec.images import tools
 from llamaspec.images.base import make_base_image
+from llamaspec.proof.client import base_args, running
 
 from helpers import llamaspec
 
@@ -54,12 +61,46 @@ def build_image(tmp_path_factory, *args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def cpu_image(base_image, upstream_artifact, tmp_path_factory) -> dict:
-    """The image around the suite's build (native: this machine's CPU, hence the flag)."""
+    """The image around the suite's build, which is `portable` as every image is."""
     dist = str(upstream_artifact.path.parent)
-    return build_image(
-        tmp_path_factory, "--from-artifact", upstream_artifact.id, "--dist", dist,
-        "--allow-native",
-    )  # fmt: skip
+    return build_image(tmp_path_factory, "--from-artifact", upstream_artifact.id, "--dist", dist)
+
+
+@contextlib.contextmanager
+def mounted(ref: str) -> Iterator[Path]:
+    """The image's root file system (a working container, mounted), removed afterwards."""
+    ctr = subprocess.run(
+        ["buildah", "from", "--pull-never", ref], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    try:
+        root = subprocess.run(
+            ["buildah", "mount", ctr], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        yield Path(root)
+    finally:
+        subprocess.run(["buildah", "rm", ctr], capture_output=True, check=False, timeout=120)
+
+
+def test_image_server_answers_on_an_older_cpu(cpu_image, gemma_path, tmp_path: Path) -> None:
+    """The image's own llama-server and libraries (qemu's -L makes the image's root the
+    program's /, its loader and glibc included) on an emulated Nehalem (SSE4.2, no AVX):
+    ggml picks its sse42 CPU backend at run time and the server answers a completion.
+    A GGML_NATIVE=ON build of this pin stops there with an illegal instruction
+    (reports/portable-*.md, `llamaspec bench-portable`)."""
+    log = tmp_path / "emulated.log"
+    with mounted(cpu_image["tags"][0]) as root:
+        server = root / "opt" / "llamaspec" / "bin" / "llama-server"
+        emulator = ["qemu-x86_64", "-cpu", "Nehalem", "-L", str(root)]
+        args = [*base_args(gemma_path, ctx=512), "-t", "2", "-lv", "4"]
+        with running(server, args, log, ready_timeout=600, prefix=emulator) as srv:
+            reply = srv.post("/completion", {"prompt": "The capital of France is",
+                                             "n_predict": 8, "temperature": 0})  # fmt: skip
+    text = log.read_text(errors="replace")
+    assert reply["content"].strip() and reply["timings"]["predicted_n"] == 8, reply
+    assert re.search(r"loaded CPU backend from \S+/libggml-cpu-sse42\.so", text), text[-2000:]
+    # the features the loaded CPU backend uses, as ggml reports them: none of AVX's
+    (features,) = re.findall(r"system_info: .*", text)
+    assert "SSSE3 = 1" in features and "AVX" not in features, features
 
 
 def test_in_image_build_makes_the_same_artifact(
@@ -197,7 +238,8 @@ def test_registry_round_trip(cpu_image, registry, upstream_artifact, tmp_path: P
     """Push the image to a real registry on loopback, remove it here, then `docker pull`
     chooses the tag for this host, checks the labels in the registry before any layer is
     downloaded, pulls, and the pulled image passes the smoke test: the container serves the
-    embedded model, answers /health, and gives the same completion with speculation on."""
+    embedded model, answers /health, and gives the same completion with speculation on.
+    Then the `docker run` line `recipe show --format docker` prints for it runs as printed."""
     remote = images.image_ref(registry, images.rolling_tag("llama.cpp", "cpu"))
     subprocess.run(["buildah", "tag", cpu_image["tags"][0], remote], check=True, timeout=120)
     pushed = BUILDAH.push(remote)
@@ -231,6 +273,89 @@ def test_registry_round_trip(cpu_image, registry, upstream_artifact, tmp_path: P
     assert report["passed"] and report["accepted"] > 0
     for result in report["results"]:
         assert result["verdict"]["kind"] in ("identical", "near-tie"), result["prompt"]
+    run_recipe_line(remote, tmp_path)
+
+
+@contextlib.contextmanager
+def docker_line_running(line: str, log: Path) -> Iterator[str]:
+    """Run a printed `docker run` line with buildah, as Docker would run it: the same image
+    and its own entrypoint, the same read-only mounts, environment and arguments. Its
+    `-p 127.0.0.1:H:8080` becomes the entrypoint's LLAMASPEC_HOST/LLAMASPEC_PORT (chroot
+    isolation shares this machine's network), so the server answers at exactly the published
+    address. Any option this does not know fails the test. Yields the server's URL."""
+    text = "\n".join(ln for ln in line.splitlines() if not ln.startswith("#"))
+    words = shlex.split(text.replace("\\\n", " "))  # a line continuation, as sh reads it
+    assert words[:3] == ["docker", "run", "--rm"], words
+    rest, mounts, env, port = words[3:], [], {}, None
+    while rest[0].startswith("-"):
+        flag, value = rest.pop(0), rest.pop(0)
+        if flag == "-p":
+            host, published, inside = value.split(":")
+            assert host == "127.0.0.1" and inside == "8080", value  # loopback only
+            port = int(published)
+        elif flag == "-v":
+            src, dst, mode = value.rsplit(":", 2)
+            assert mode == "ro" and Path(src).is_file(), value  # a real file, read-only
+            mounts.append((src, dst))
+        elif flag == "-e":
+            key, _, val = value.partition("=")
+            env[key] = val
+        else:
+            pytest.fail(f"the docker line has {flag} {value}, which this test cannot run")
+    ref, args = rest[0], rest[1:]
+    assert port, "the line publishes no port"
+    entrypoint = BUILDAH.inspect(ref)["Entrypoint"]
+    env.update(LLAMASPEC_HOST="127.0.0.1", LLAMASPEC_PORT=str(port))
+    with BUILDAH.working_container(ref) as ctr, log.open("w") as out:
+        cmd = BUILDAH.run_argv(ctr, [*entrypoint, *args], mounts, env)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                assert proc.poll() is None, log.read_text()
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                assert time.monotonic() < deadline, "no /health in 300 s: " + log.read_text()
+                time.sleep(0.25)
+            yield url
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(60)
+
+
+def run_recipe_line(remote: str, tmp_path: Path) -> None:
+    """README's Docker run: `recipe show NAME --format docker` for the pulled image, run as
+    printed; an OpenAI client gets a completion, and a speculative one whose drafts the
+    server accepted (the recipe's ngram-mod flags reached the server in the image)."""
+    from openai import OpenAI
+
+    port = free_port()
+    proc = llamaspec(
+        "recipe", "show", "gemma3-270m-ngram", "--format", "docker", "--image", remote,
+        "--port", str(port),
+    )  # fmt: skip
+    line = proc.stdout
+    assert proc.returncode == 0, line + proc.stderr
+    assert f"-p 127.0.0.1:{port}:8080" in line and ":/models/gemma-3-270m-q4_k_m.gguf:ro" in line
+    assert "--spec-type ngram-mod" in line or "ngram-mod" in line, line
+    with docker_line_running(line, tmp_path / "docker-line.log") as url:
+        client = OpenAI(base_url=url + "/v1", api_key="none", timeout=300)
+        chat = client.chat.completions.create(
+            model="gemma", temperature=0, max_tokens=16,
+            messages=[{"role": "user", "content": "Name the capital of France."}],
+        )  # fmt: skip
+        assert chat.choices[0].message.content.strip()
+        code = "def add(a, b):\n    return a + b\n\n" * 6 + "def add(a, b):\n"
+        spec = client.completions.create(model="gemma", prompt=code, temperature=0, max_tokens=48)
+        timings = spec.model_extra["timings"]
+        print(f"docker line: {timings.get('draft_n_accepted')}/{timings.get('draft_n')} accepted")
+        assert spec.choices[0].text.strip() and timings["draft_n_accepted"] > 0, timings
 
 
 def test_a_pull_whose_labels_do_not_match_downloads_nothing(registry) -> None:
