@@ -14,6 +14,7 @@ from llamaspec import procs
 from llamaspec.engine import cuda_toolkit as cudatk
 from llamaspec.engine.build import Artifact
 from llamaspec.engine.toolchain import machine
+from llamaspec.paths import cache_dir
 
 # Defines that decide how much CUDA code is compiled, shown with their values.
 COMPILE_SIZE_DEFINES = (
@@ -44,16 +45,20 @@ def cuda_report(art: Artifact) -> Path:
             if p.is_file() and not p.is_symlink() and "libcuda.so.1" in _ldd_text(p)
         }
     )
-    steps = _ninja_steps(art)
+    outputs = _ninja_outputs(art)
+    steps = len(outputs) if outputs is not None else None
+    cuda_objects = sum(o.endswith(".cu.o") for o in outputs) if outputs is not None else None
     record = {
         "artifact_id": art.id,
         "engine": m.get("engine"),
         "commit": m.get("commit"),
-        "toolkit": m.get("preflight", {}).get("CUDA toolkit"),
+        "toolkit": _scrub(m.get("preflight", {}).get("CUDA toolkit") or ""),
+        "variants": m.get("variants") or [],
         "machine": machine()["description"],
         "ccache": m.get("toolchain", {}).get("ccache"),
         "seconds": seconds,
         "ninja_steps": steps,
+        "cuda_objects": cuda_objects,
         "compile_size_defines": {k: defines[k] for k in COMPILE_SIZE_DEFINES if k in defines},
         "bytes": {
             "total": _size(art.path),
@@ -83,12 +88,14 @@ def cuda_report(art: Artifact) -> Path:
 
 {record["engine"]} at `{record["commit"]}` ({record["server_version"]}),
 toolkit: {record["toolkit"]}.
-Built on {record["machine"]}; ccache {"on" if record["ccache"] else "off"}.
+Built on {record["machine"]}; ccache {"on" if record["ccache"] else "off"}; variants:
+{", ".join(record["variants"]) or "none"}.
 
 | stage | seconds |
 |---|---|
 | configure | {seconds.get("configure", "?")} |
-| compile ({steps or "?"} ninja steps) | {seconds.get("compile", "?")} |
+| compile ({steps or "?"} ninja steps, {cuda_objects or "?"} of them CUDA objects) | \
+{seconds.get("compile", "?")} |
 
 Defines that decide how much CUDA code is compiled:
 
@@ -118,13 +125,16 @@ def _ldd_text(path: Path) -> str:
     return procs.run([ldd, str(path)], timeout=60, check=False, what="ldd").stdout
 
 
-def _ninja_steps(art: Artifact) -> int | None:
-    """Steps in the build's ninja log (one per output built), where the build dir remains."""
-    from llamaspec.paths import cache_dir
-
+def _ninja_outputs(art: Artifact) -> set[str] | None:
+    """The outputs in the build's ninja log (one per step built), where the build dir
+    remains."""
     log = cache_dir() / "build" / art.id / ".ninja_log"
     if not log.is_file():
         return None
-    return len(
-        {ln.split("\t")[3] for ln in log.read_text().splitlines()[1:] if ln.count("\t") >= 3}
-    )
+    return {ln.split("\t")[3] for ln in log.read_text().splitlines()[1:] if ln.count("\t") >= 3}
+
+
+def _scrub(text: str) -> str:
+    """Paths of this machine in a report, said without them: the llamaspec cache and the
+    home directory by name."""
+    return text.replace(str(cache_dir()), "<llamaspec cache>").replace(str(Path.home()), "~")
