@@ -600,3 +600,36 @@ def test_an_unreachable_hub_is_one_paragraph_whatever_client_the_hub_library_use
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "Could not reach http://127.0.0.1:9 to fetch ggml-org/Qwen2.5-Coder-7B" in text
     assert "Connection refused" in text
+
+
+def test_pull_into_a_local_dir_and_the_docker_line_that_mounts_it(tmp_path: Path) -> None:
+    """`models pull --local-dir DIR`: plain files (no symlinks into blobs/), the same bytes,
+    kept on a second pull, never overwriting another file; `recipe show --format docker
+    --models-dir DIR` mounts DIR read-only at /models and refuses a DIR without the files."""
+    local = tmp_path / "plain"
+    pull = ("models", "pull", "gemma3-270m-ngram", "--local-dir")
+    proc = cli(*pull, str(local), env_cache=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    placed = local / "gemma-3-270m-q4_k_m.gguf"
+    cached = (tmp_path / "models" / "gemma-3-270m-q4_k_m.gguf").resolve()
+    assert placed.is_file() and not placed.is_symlink() and placed.samefile(cached)
+    again = cli(*pull, str(local), env_cache=tmp_path)
+    assert again.returncode == 0 and "is already there" in again.stdout
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / placed.name).write_bytes(b"not a model")
+    refused = cli(*pull, str(other), env_cache=tmp_path)
+    text = " ".join(refused.stderr.split())
+    assert refused.returncode == 2 and "exists and is not the verified" in text
+    assert (other / placed.name).read_bytes() == b"not a model"
+    show = ("recipe", "show", "gemma3-270m-ngram", "--format", "docker", "--backend", "cpu")
+    proc = cli(*show, "--models-dir", str(local), env_cache=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f" -v {local.resolve()}:/models:ro " in proc.stdout
+    assert "-m /models/gemma-3-270m-q4_k_m.gguf -c 4096" in proc.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = cli(*show, "--models-dir", str(empty), env_cache=tmp_path)
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "lacks gemma-3-270m-q4_k_m.gguf" in text
+    assert "models pull gemma3-270m-ngram --local-dir" in text

@@ -32,6 +32,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ck.add_argument("--draft-file", type=Path, help="a local draft GGUF (instead of the hub)")
     pl = msub.add_parser("pull", help="check, download and verify a pair into the HF cache")
     pl.add_argument("pair")
+    pl.add_argument(
+        "--local-dir",
+        type=Path,
+        metavar="DIR",
+        help="also place the files in DIR as plain files (hard links or copies), e.g. for "
+        "`docker run -v DIR:/models:ro` or `recipe show --format docker --models-dir DIR`",
+    )
 
     r = sub.add_parser("recipe", help="recipes: list them, or render one for an engine")
     rsub = r.add_subparsers(dest="recipe_command", required=True)
@@ -48,6 +55,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "same run as a compose file",
     )
     sh.add_argument("--image", help="with --format docker: the image (default: the published one)")
+    sh.add_argument(
+        "--models-dir",
+        type=Path,
+        metavar="DIR",
+        help="with --format docker/compose: mount DIR (from `models pull --local-dir DIR`) "
+        "read-only at /models instead of each file from the Hugging Face cache",
+    )
 
     s = sub.add_parser("serve", help="download, check and run a recipe's server (foreground)")
     s.add_argument("recipe")
@@ -101,6 +115,11 @@ def _models(args: argparse.Namespace, console: Console) -> None:
         console.print(f"target: {files.target}")
         if files.draft:
             console.print(f"draft:  {files.draft}")
+        if args.local_dir:
+            placed = models.place_plain(
+                models.pair_files(catalog, args.pair, root), args.local_dir, console
+            )
+            console.print(f"local dir: {len(placed)} file(s) in {args.local_dir}")
         return
     # check
     if args.pair:
@@ -185,11 +204,23 @@ def _docker_line(args, recipe, catalog, locked: dict, console: Console) -> str:
     pair = catalog.pairs[recipe.pair]
     mounts: list[tuple[str, str]] = []
     inside: dict[str, str] = {}
+    local = args.models_dir.resolve() if args.models_dir else None
     for role, name in (("target", pair.target), ("draft", pair.draft)):
         if name is None:
             continue
         model = catalog.models[name]
         files = models.local_files(model, locked.get(name))
+        if local is not None:
+            names = [Path(f).name for f in (files or model.parts)]
+            missing = [n for n in names if not (local / n).is_file()]
+            if missing:
+                raise LlamaspecError(
+                    f"--models-dir {args.models_dir} lacks {', '.join(missing)} ({role} of "
+                    f"recipe {recipe.name!r}). Put the files there with `llamaspec models pull "
+                    f"{recipe.pair} --local-dir {args.models_dir}`."
+                )
+            inside[role] = f"{images.CONTAINER_MODELS}/{names[0]}"
+            continue
         if files is None:
             raise LlamaspecError(
                 f"The {role} model {name!r} of recipe {recipe.name!r} is not downloaded, and "
@@ -199,6 +230,8 @@ def _docker_line(args, recipe, catalog, locked: dict, console: Console) -> str:
         for part, path in zip(model.parts, files, strict=True):
             mounts.append((str(path.resolve()), f"{images.CONTAINER_MODELS}/{Path(part).name}"))
         inside[role] = f"{images.CONTAINER_MODELS}/{Path(model.parts[0]).name}"
+    if local is not None:
+        mounts = [(str(local), images.CONTAINER_MODELS)]
     if not args.backend and not args.artifact:
         host = registry.detect_host()
         args.backend = host.backend

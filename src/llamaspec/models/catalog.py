@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from llamaspec.config import ModelFile, ModelsFile, Pair
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import compat, hub
 from llamaspec.models.embedded import embedded_model
+from llamaspec.paths import writable_dir
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,64 @@ def pull(models: ModelsFile, name: str, root: Path, console: Console) -> PairFil
         paths[role] = got.path
     assert paths["target"] is not None
     return PairFiles(name, pair, paths["target"], paths["draft"])
+
+
+def pair_files(models: ModelsFile, name: str, root: Path) -> list[Path]:
+    """Every file of the pair's models (each part of a split GGUF), all on disk and
+    verified; a pair that is not wholly downloaded is an error naming `models pull`."""
+    pair = get_pair(models, name)
+    locked = lockfile.load(root)["models"]
+    out: list[Path] = []
+    for handle in (pair.target, pair.draft):
+        if handle is None:
+            continue
+        files = local_files(models.models[handle], locked.get(handle))
+        if files is None:
+            raise LlamaspecError(
+                f"{handle} of pair {name!r} is not downloaded (or changed since it was "
+                f"verified); run `llamaspec models pull {name}` first."
+            )
+        out += files
+    return out
+
+
+def place_plain(files: list[Path], dest: Path, console: Console) -> list[Path]:
+    """`models pull --local-dir DEST`: each verified file as a plain file DEST/<name> (a hard
+    link to the cache's blob where the file system allows, else a copy), for a plain
+    `-v DEST:/models:ro` mount and tools that do not follow the cache's symlinks. A file
+    already there with the same bytes is kept; another file of that name is refused."""
+    writable_dir(dest, f"--local-dir {dest}", "give a directory you can write into")
+    placed = []
+    for src in files:
+        real, out = src.resolve(), dest / src.name
+        if out.exists() or out.is_symlink():
+            same = out.is_file() and not out.is_symlink() and (
+                out.samefile(real) or hub.sha256_of(out, console.print) == hub.sha256_of(
+                    real, console.print
+                )
+            )  # fmt: skip
+            if not same:
+                raise LlamaspecError(
+                    f"{out} exists and is not the verified {src.name}; move it away or choose "
+                    "another --local-dir, then run the pull again."
+                )
+            console.print(f"model: {out} is already there")
+            placed.append(out)
+            continue
+        tmp = dest / f".{src.name}.partial"
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(real, tmp)
+            how = "hard link"
+        except OSError:
+            hub.check_disk(real.stat().st_size, dest, f"a copy of {src.name}")
+            console.print(f"model: copying {src.name} to {dest} …")
+            shutil.copyfile(real, tmp)
+            how = "copy"
+        os.replace(tmp, out)  # never a half-written file under the real name
+        console.print(f"model: {out} ({how})")
+        placed.append(out)
+    return placed
 
 
 def list_table(models: ModelsFile, recipes: dict) -> Table:
