@@ -193,6 +193,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_for(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    """Until `url` answers 200; the process must stay alive (its log is the message)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        late = time.monotonic() >= deadline
+        assert not late, f"{url} did not answer in {timeout} s: " + log.read_text()
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory) -> Iterator[str]:
     """Debian's docker-registry on a free loopback port with its storage in a temporary
@@ -210,16 +226,7 @@ def registry(tmp_path_factory) -> Iterator[str]:
     with (root / "registry.log").open("w") as log:
         proc = subprocess.Popen([exe, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2) as r:
-                    assert r.status == 200
-                    break
-            except OSError:
-                assert proc.poll() is None, (root / "registry.log").read_text()
-                assert time.monotonic() < deadline, "the registry did not answer in 30 s"
-                time.sleep(0.2)
+        wait_for(f"http://127.0.0.1:{port}/v2/", proc, root / "registry.log", 30)
         yield f"127.0.0.1:{port}/ci"
     finally:
         proc.terminate()
@@ -311,17 +318,7 @@ def docker_line_running(line: str, log: Path) -> Iterator[str]:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 300
-            while True:
-                assert proc.poll() is None, log.read_text()
-                try:
-                    with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                assert time.monotonic() < deadline, "no /health in 300 s: " + log.read_text()
-                time.sleep(0.25)
+            wait_for(url + "/health", proc, log, 300)
             yield url
         finally:
             if proc.poll() is None:

@@ -23,8 +23,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from llamaspec.engine import reproducible as repro
 from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
+from llamaspec.proof.bench import request
 from llamaspec.proof.client import Server, base_args, running, tail
 
 DEFAULT_CPU = "Nehalem"  # 2008: SSE4.2, no AVX (x86-64-v2)
@@ -97,7 +99,7 @@ def emulated_run(artifact: Artifact, model: Path, cpu: str, logs: Path) -> dict:
             ready_timeout=EMULATED_READY_S,
             prefix=[qemu(), "-cpu", cpu],
         ) as srv:
-            reply = srv.post("/completion", _request("The capital of France is", 8), 900)
+            reply = srv.post("/completion", request("The capital of France is", 8), 900)
         out.update(answered=True, text=reply.get("content", ""))
     except LlamaspecError as exc:
         # the message without the command line, which names paths of this machine
@@ -110,20 +112,8 @@ def emulated_run(artifact: Artifact, model: Path, cpu: str, logs: Path) -> dict:
     return out
 
 
-def _request(prompt: str, n_predict: int) -> dict:
-    return {
-        "prompt": prompt,
-        "n_predict": n_predict,
-        "temperature": 0.0,
-        "top_k": 1,
-        "seed": 0,
-        "cache_prompt": False,
-        "ignore_eos": True,
-    }
-
-
 def _timed(srv: Server, n_predict: int) -> dict:
-    timings = srv.post("/completion", _request(PROMPT, n_predict)).get("timings") or {}
+    timings = srv.post("/completion", request(PROMPT, n_predict)).get("timings") or {}
     return {
         "prompt_tokens": timings.get("prompt_n"),
         "prompt_per_second": round(float(timings.get("prompt_per_second") or 0), 2),
@@ -146,7 +136,7 @@ def speed(
     for r in range(rounds):
         for name, art in builds.items():
             with running(art.server, base_args(model), logs / f"speed-{name}-{r}.log") as srv:
-                srv.post("/completion", _request("Hello", 4))
+                srv.post("/completion", request("Hello", 4))
                 runs[name].append(_timed(srv, n_predict))
             last = runs[name][-1]
             say(
@@ -237,8 +227,6 @@ def bench_portable(
 
 
 def _is_native(art: Artifact) -> bool:
-    from llamaspec.engine import reproducible as repro
-
     return art.manifest.get("reproducible") == repro.NATIVE
 
 
