@@ -99,6 +99,11 @@ def test_pypi_assembles_a_whole_root_once(index: tuple[Path, Path]) -> None:
     names = {d.name: d for d in tk.defines()}
     assert names["CMAKE_CUDA_COMPILER"].value == str(tk.nvcc)
     assert names["GGML_CUDA_NO_VMM"].value == "ON"  # the wheels ship no libcuda.so
+    # the linker follows libggml's own cuBLAS dependency into the toolkit (the RUNPATH
+    # names only $ORIGIN/../lib); the artifact id sees the toolkit's key, not its path
+    link = names["CMAKE_EXE_LINKER_FLAGS"]
+    assert link.value == f"-Wl,-rpath-link,{tk.lib_dir}" and str(tk.root) not in link.key
+    assert names["CMAKE_SHARED_LINKER_FLAGS"].value == link.value
     assert str(tk.root) not in (names["CUDAToolkit_ROOT"].key or str(tk.root))
     assert sum("downloading" in s for s in said) == 4
     for wheel in links.iterdir():
@@ -189,3 +194,15 @@ def test_runtime_libraries_follow_needed_entries(tmp_path: Path) -> None:
     libc = next(n for n in ct.needed(true) if n.startswith("libc.so"))
     assert ct.runtime_libraries([true], lib) == []  # libc is no CUDA runtime library
     assert libc == "libc.so.6"
+
+
+def test_a_system_toolkit_keeps_its_libraries_under_targets(tmp_path: Path) -> None:
+    # measured on a GPU machine: /usr/local/cuda-13.0 has no lib/, only targets/<arch>/lib
+    # (lib64 a link to it); looking in lib/ bundled nothing and the artifact was refused
+    lib = tmp_path / "targets" / f"{ct.machine()}-linux" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcudart.so.13").write_bytes(b"")
+    tk = ct.Toolkit(tmp_path, (13, 0), "system", "system CUDA 13.0")
+    assert tk.lib_dir == lib and tk.link_dirs() == [lib.resolve()]
+    (tmp_path / "lib64").symlink_to(lib)
+    assert tk.lib_dir == tmp_path / "lib64" and tk.link_dirs() == [lib.resolve()]

@@ -74,7 +74,19 @@ class Toolkit:
 
     @property
     def lib_dir(self) -> Path:
+        """Where the runtime libraries lie: lib/, lib64/ (a system toolkit's) or targets/."""
+        for rel in ("lib", "lib64", f"targets/{machine()}-linux/lib"):
+            if any((self.root / rel).glob("libcudart.so*")):
+                return self.root / rel
         return self.root / "lib"
+
+    def link_dirs(self) -> list[Path]:
+        """The toolkit's library folders (lib/, lib64/), real paths, each once."""
+        out: list[Path] = []
+        for d in (self.lib_dir, self.root / "lib", self.root / "lib64"):
+            if d.is_dir() and d.resolve() not in out:
+                out.append(d.resolve())
+        return out
 
     @property
     def release(self) -> str:
@@ -94,6 +106,15 @@ class Toolkit:
             Define("CMAKE_BUILD_WITH_INSTALL_RPATH", "ON", relocatable),
             Define("CMAKE_INSTALL_RPATH", "$ORIGIN/../lib", relocatable),
         ]
+        # with that RUNPATH the linker cannot follow a library's own CUDA dependencies
+        # (ik links cuBLAS into libggml.so) to a toolkit outside the system paths
+        link = ":".join(str(d) for d in self.link_dirs())
+        if link:
+            linked = "llamaspec (link against the toolkit's libraries)"
+            for name in ("CMAKE_EXE_LINKER_FLAGS", "CMAKE_SHARED_LINKER_FLAGS"):
+                out.append(
+                    Define(name, f"-Wl,-rpath-link,{link}", linked, f"rpath-link {self.key}")
+                )
         if not driver_library(self.root):
             # no libcuda.so to link (wheels ship no driver stub): ggml's CUDA pool then uses
             # cudaMalloc instead of the driver's virtual-memory API
