@@ -74,7 +74,9 @@ def _build_tool(artifact: Artifact, tools_dir: Path, console: Console) -> None:
     # the tool loads no backend modules (GGML_BACKEND_DL, as in the portable variant): it
     # needs the CPU backend linked in to make its model
     dl = any(d.name == "GGML_BACKEND_DL" and flags.cmake_bool(d.value) for d in defines)
-    own = {"LLAMA_BUILD_TESTS": "ON"}
+    # the tool runs from its build tree: it needs CMake's build-tree RPATH (its own libraries
+    # and a CUDA toolkit's), not the relocatable $ORIGIN/../lib a CUDA artifact installs with
+    own = {"LLAMA_BUILD_TESTS": "ON", "CMAKE_BUILD_WITH_INSTALL_RPATH": "OFF"}
     if dl:
         own |= {"GGML_BACKEND_DL": "OFF", "GGML_CPU_ALL_VARIANTS": "OFF", "GGML_NATIVE": "OFF"}
     defines = [d for d in defines if d.name not in own]
