@@ -36,7 +36,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "gpu-acceptance",
         help="on an NVIDIA GPU: build CUDA for both engines, smoke, verify, bench, tune",
     )
-    options.add(g, "cuda_arch", "cuda_toolkit", "source", "jobs")
+    options.add(g, "cuda_arch", "cuda_toolkit", "source", "variants", "jobs")
     g.add_argument("--dist", type=Path, default=Path("dist"))
     g.add_argument("--reports", type=Path, default=Path("reports"))
     g.add_argument(
@@ -45,19 +45,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--tune-budget", type=float, default=5.0, help="minutes for tune (default 5)")
 
 
-def steps(args: argparse.Namespace, artifacts: dict[str, str]) -> list[tuple[str, list[str]]]:
-    """The commands after the builds, per engine artifact (llamaspec argv)."""
-    out: list[tuple[str, list[str]]] = []
-    common = ["--dist", str(args.dist), "--reports", str(args.reports)]
-    for engine, aid in artifacts.items():
-        art = ["--artifact", aid, *common]
-        out.append((f"{engine}: verify strict", ["verify", "--tier", "strict", *art]))
-        out.append((f"{engine}: verify oracle", ["verify", "--tier", "oracle", *art]))
-        for recipe in RECIPES:
-            out.append((f"{engine}: bench {recipe}", ["bench", recipe, *art]))
-        budget = str(args.tune_budget)
-        out.append((f"{engine}: tune", ["tune", RECIPES[0], "--budget", budget, *art]))
-    return out
+def steps(args: argparse.Namespace, engine: str, aid: str) -> list[tuple[str, list[str]]]:
+    """The commands after an engine's build, on its artifact (llamaspec argv)."""
+    art = ["--artifact", aid, "--dist", str(args.dist), "--reports", str(args.reports)]
+    out = [
+        (f"{engine}: verify strict", ["verify", "--tier", "strict", *art]),
+        (f"{engine}: verify oracle", ["verify", "--tier", "oracle", *art]),
+    ]
+    out += [(f"{engine}: bench {recipe}", ["bench", recipe, *art]) for recipe in RECIPES]
+    budget = str(args.tune_budget)
+    return [*out, (f"{engine}: tune", ["tune", RECIPES[0], "--budget", budget, *art])]
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
@@ -88,45 +85,53 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     args.reports.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
 
+    gpu_text = "; ".join(gpus)
+    slug = gpus[0].split(",")[0].strip().lower().replace(" ", "-")
+    out = args.reports / f"gpu-acceptance-{slug}"
+    artifacts: dict[str, str] = {}
+
+    def summary() -> None:
+        # rewritten after every step: a run cut short still says what it proved
+        record = {"gpus": gpus, "driver": driver, "artifacts": artifacts, "steps": rows}
+        out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+        lines = [
+            f"# GPU acceptance on {gpu_text}",
+            "",
+            f"Driver {driver}; artifacts: "
+            + (", ".join(f"{e} `{a}`" for e, a in artifacts.items()) or "none built")
+            + ". Each step's own report is beside this one.",
+            "",
+            "| step | exit | seconds | command |",
+            "|---|---|---|---|",
+            *(
+                f"| {r['step']} | {r['exit']} | {r['seconds']:.0f} | "
+                f"`llamaspec {' '.join(r['argv'])}` |"
+                for r in rows
+            ),
+            "",
+        ]
+        out.with_suffix(".md").write_text("\n".join(lines))
+
     def run(name: str, argv: list[str]) -> bool:
         console.print(f"gpu-acceptance: {name}: llamaspec {' '.join(argv)}")
         t0 = time.monotonic()
         code = main(argv)
         rows.append({"step": name, "argv": argv, "exit": code, "seconds": time.monotonic() - t0})
+        summary()
         return code == 0
 
     arch = args.cuda_arch or "native"
     build = ["build", "--backend", "cuda", "--cuda-arch", arch, "--dist", str(args.dist)]
     build += ["--cuda-toolkit", args.cuda_toolkit, "--source", args.source]
+    build += [a for v in args.variant for a in ("--variant", v)]
     build += ["--jobs", str(args.jobs)] if args.jobs else []
-    artifacts: dict[str, str] = {}
+    # engine by engine, each built then exercised: a run cut short has whole engines
     for engine in engines:
         if run(f"{engine}: build and smoke", [*build, "--engine", engine]):
             artifacts[engine] = newest_artifact(args.dist, engine)
-    for name, argv in steps(args, artifacts):
-        run(name, argv)
-    gpu_text = "; ".join(gpus)
-    record = {"gpus": gpus, "driver": driver, "artifacts": artifacts, "steps": rows}
-    slug = gpus[0].split(",")[0].strip().lower().replace(" ", "-")
-    out = args.reports / f"gpu-acceptance-{slug}"
-    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
-    lines = [
-        f"# GPU acceptance on {gpu_text}",
-        "",
-        f"Driver {driver}; artifacts: "
-        + (", ".join(f"{e} `{a}`" for e, a in artifacts.items()) or "none built")
-        + ". Each step's own report is beside this one.",
-        "",
-        "| step | exit | seconds | command |",
-        "|---|---|---|---|",
-        *(
-            f"| {r['step']} | {r['exit']} | {r['seconds']:.0f} | "
-            f"`llamaspec {' '.join(r['argv'])}` |"
-            for r in rows
-        ),
-        "",
-    ]
-    out.with_suffix(".md").write_text("\n".join(lines))
+            for name, argv in steps(args, engine, artifacts[engine]):
+                run(name, argv)
+    summary()
     console.print(f"gpu-acceptance: summary in {out}.md")
     failed = [r["step"] for r in rows if r["exit"] != 0]
     if failed:
