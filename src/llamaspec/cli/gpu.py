@@ -131,7 +131,6 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             artifacts[engine] = newest_artifact(args.dist, engine)
             for name, argv in steps(args, engine, artifacts[engine]):
                 run(name, argv)
-    summary()
     console.print(f"gpu-acceptance: summary in {out}.md")
     failed = [r["step"] for r in rows if r["exit"] != 0]
     if failed:

@@ -76,7 +76,7 @@ class Toolkit:
     def lib_dir(self) -> Path:
         """Where the runtime libraries lie: lib/, lib64/ (a system toolkit's) or targets/."""
         for rel in ("lib", "lib64", f"targets/{machine()}-linux/lib"):
-            if any((self.root / rel).glob("libcudart.so*")):
+            if _has(self.root, f"{rel}/libcudart.so"):
                 return self.root / rel
         return self.root / "lib"
 
