@@ -33,9 +33,13 @@ def test_ik_builds_from_the_sdist_and_passes_smoke(ik_build) -> None:
     assert "build with --patch ik-spec-checkpoints" in flat
     assert artifact.manifest["commit"] == "55d3c05bf7b377deaa5dc84d255d9740a345a206"
     statuses = {p["id"]: p["status"] for p in artifact.manifest["patches"]}
-    assert statuses == {"ik-spec-port": "in-base", "ik-build-info": "applied"}
+    assert statuses == {
+        "ik-spec-port": "in-base",
+        "ik-build-info": "applied",
+        "ik-cpu-load-on-cuda-build": "applied",
+    }
     version = subprocess.run([artifact.server, "--version"], capture_output=True, text=True)
-    assert "55d3c05+1p" in version.stdout + version.stderr
+    assert "55d3c05+2p" in version.stdout + version.stderr
 
 
 def test_ik_dialect_matches_its_help(ik_build) -> None:

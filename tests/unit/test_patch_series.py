@@ -249,7 +249,7 @@ def test_ik_checkpoint_series_is_full_shas_landed_dates_and_requires() -> None:
     chosen = patches.select(list(cat.values()), "ik_llama.cpp", ["ik-spec-checkpoints"])
     ids = [p.id for p in chosen]
     # the defaults (port, build info) plus the whole series, in catalog order
-    assert ids == ["ik-spec-port", "ik-build-info", *SERIES]
+    assert ids == ["ik-spec-port", "ik-build-info", "ik-cpu-load-on-cuda-build", *SERIES]
     head = cat["ik-spec-checkpoints"]
     assert head.source.commits == ("ea94afe777e8dbfbd7ffddd3b33966db68eca20b",)
     assert head.landed and str(head.landed.date) == "2026-04-24"
@@ -280,6 +280,27 @@ def test_ik_series_is_in_base_by_date_at_a_pin_after_it() -> None:
         assert patches.in_base_by_record(cat[pid], tree, later)
     at_pin = dataclasses.replace(tree, commit=IK_PIN)
     assert patches.in_base_by_record(cat["ik-spec-checkpoints"], at_pin, engine) is None
+
+
+def test_ik_cpu_load_fix_is_default_and_in_base_once_ik_fixed_it() -> None:
+    """The project patch for a CUDA build without a GPU carries ik #2037's fix: in base by
+    date from 2026-06-26 (its text differs from #2037's, so only the record can tell), never
+    before; a project patch without `landed` is never in base by record."""
+    cat = catalog()
+    fix = cat["ik-cpu-load-on-cuda-build"]
+    assert fix.default and fix.state == "project" and fix.upstream and fix.upstream.pr == 2037
+    engine = config.load_engines(ROOT)["ik_llama.cpp"]
+    tree = sources.SourceTree(
+        engine="ik_llama.cpp", commit="c" * 40, path=ROOT, origin="pypi-sdist",
+        origin_detail="", has_history=False, content_key="x",
+    )  # fmt: skip
+    after = engine.model_copy(update={"pin": "c" * 40, "pin_date": dt.date(2026, 6, 26)})
+    before = engine.model_copy(update={"pin": "c" * 40, "pin_date": dt.date(2026, 6, 25)})
+    assert "merged 2026-06-26" in str(patches.in_base_by_record(fix, tree, after))
+    assert patches.in_base_by_record(fix, tree, before) is None
+    assert patches.in_base_by_record(cat["ik-spec-full-output"], tree, after) is None
+    text = patches.patch_file(fix, ROOT).read_text()
+    assert "+++ b/src/llama.cpp" in text and "device_mem.size()" in text
 
 
 def test_ik_hybrid_defect_names_the_series_and_stops_with_it_applied() -> None:

@@ -155,8 +155,9 @@ def _requirements(chosen: list[PatchEntry]) -> None:
 
 
 def in_base_by_record(entry: PatchEntry, source: SourceTree, engine: Engine) -> str | None:
-    """Why a merged patch is already in `source`, from release/date records or ancestry."""
-    if entry.state != "merged":
+    """Why a merged patch (or a project patch carrying a fix that landed upstream) is already
+    in `source`, from release/date records or ancestry."""
+    if entry.state != "merged" and entry.landed is None:
         return None
     landed = entry.landed
     if landed and source.commit == engine.pin:
