@@ -130,15 +130,20 @@ def test_ik_serves_the_ngram_recipe_at_its_default_pin(
     with running(artifact.server, plain, tmp_path / "plain.log") as srv:
         ref = srv.post("/completion", body)["content"]
     with running(artifact.server, args, tmp_path / "ngram.log") as srv:
-        out = srv.post("/completion", body)["content"]
+        reply = srv.post("/completion", body)
+    out = reply["content"]
     # An unknown --spec-type value makes this server exit at start-up; it started, and
     # says it set speculation up.
     log = (tmp_path / "ngram.log").read_text(errors="replace")
     assert "ngram_mod" in log or "speculative decoding context initialized" in log, log[-3000:]
     if out != ref:
-        # only the pin's catalogued defect is allowed: the same text, cut short
-        assert ref.startswith(out), (ref, out)
-        assert known_defect(artifact.manifest, "short-output") is not None
+        # only the pin's catalogued defect is allowed, exactly as catalogued: every token
+        # reported, and the same text cut short, keeping at least the defect's fraction
+        defect = known_defect(artifact.manifest, "short-output")
+        assert defect is not None, (ref, out)
+        predicted = reply.get("tokens_predicted")
+        why = defect.not_short_output(ref, out, predicted, body["n_predict"], "characters")
+        assert why is None, (why, ref, out)
 
 
 def test_recipe_show_for_the_coder_pair(upstream_artifact: Artifact) -> None:

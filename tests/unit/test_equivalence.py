@@ -11,18 +11,20 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 from gguf.quants import dequantize, quantize
 
+from llamaspec import config
 from llamaspec.errors import LlamaspecError
-from llamaspec.proof import defects, reference, verify
+from llamaspec.proof import defects, reference, smoke, verify
 from llamaspec.proof.client import Completion, Prompt
 
 pytestmark = pytest.mark.unit
 
 IK_PIN = "55d3c05bf7b377deaa5dc84d255d9740a345a206"
 P = Prompt("p", "text", 8)
+PLAIN = "abcdefgh"  # a plain output of P.n_predict = 8 tokens
 
 
-def t(pieces: list[str]) -> Completion:
-    return Completion(tuple(pieces), "".join(pieces), 1.0, None, None)
+def t(pieces: list[str], predicted: int | None = None) -> Completion:
+    return Completion(tuple(pieces), "".join(pieces), 1.0, None, None, predicted)
 
 
 def test_strict_comparison_has_no_threshold() -> None:
@@ -43,13 +45,101 @@ def test_a_short_output_on_a_pin_with_that_defect_on_record_is_named() -> None:
     manifest = {"engine": "ik_llama.cpp", "commit": IK_PIN, "patches": []}
     found = defects.known_defect(manifest, "short-output")
     assert found is not None and found.id == "ik-spec-short-output"
-    case = verify.compare(P, "sequential", t(["a", "b", "c"]), t(["a"]), None, found)  # type: ignore[arg-type]
+    # the catalogued symptom: all 8 tokens reported, 7 of the plain output's 8 returned (this
+    # test used to pass 1 of 3 with no count reported, which the rule no longer excuses)
+    case = verify.compare(P, "sequential", t(list(PLAIN)), t(list(PLAIN[:7]), 8), None, found)  # type: ignore[arg-type]
     assert case.kind == "known-defect" and "ik-spec-short-output" in (case.defect or "")
     # other pins, other engines and other symptoms do not match
     assert defects.known_defect({**manifest, "commit": "0" * 40}, "short-output") is None
     assert defects.known_defect({**manifest, "engine": "llama.cpp"}, "short-output") is None
     hybrid = defects.defects_for(manifest, "corrupt-output")
     assert hybrid and "1639" in hybrid[0].issue
+
+
+def _ik_short_output() -> defects.Defect:
+    manifest = {"engine": "ik_llama.cpp", "commit": IK_PIN, "patches": []}
+    found = defects.known_defect(manifest, "short-output")
+    assert found is not None and found.min_kept == 0.5
+    return found
+
+
+def _against_the_defect(output: str, predicted: int | None) -> verify.Case:
+    """`output` (one letter a token) against PLAIN, on a build with ik-spec-short-output."""
+    spec = t(list(output), predicted)
+    return verify.compare(P, "sequential", t(list(PLAIN)), spec, None, _ik_short_output())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("output", "predicted"),
+    [("abcdefg", 8), ("abcd", 8)],  # 7 of 8; exactly the catalogued least (half of 8)
+)
+def test_a_short_output_is_excused_when_it_matches_the_catalogued_symptom(
+    output: str, predicted: int
+) -> None:
+    case = _against_the_defect(output, predicted)
+    assert (case.kind, case.position, case.note) == ("known-defect", len(output), "")
+    assert case.defect and case.defect.startswith("known defect ik-spec-short-output")
+
+
+@pytest.mark.parametrize(
+    ("output", "predicted", "kind", "why"),
+    [
+        ("", 8, "short", "the output is empty"),
+        ("abc", 8, "short", "keeps 3 of the plain output's 8 tokens, fewer than the 4"),
+        ("abcdefg", 7, "short", "reported 7 tokens predicted, not the 8 asked for"),
+        ("abcdefg", None, "short", "reported no tokens_predicted"),
+        ("abcdefx", 8, "different", "not a strict prefix of the plain output"),
+        ("abcdefghi", 8, "longer", "not a strict prefix of the plain output"),
+    ],
+)
+def test_anything_but_the_catalogued_symptom_fails_and_says_why(
+    output: str, predicted: int | None, kind: str, why: str
+) -> None:
+    case = _against_the_defect(output, predicted)
+    assert case.kind == kind and case.defect is None
+    assert (
+        case.note.startswith("not the catalogued defect ik-spec-short-output: ")
+        and why in case.note
+    )
+    m = verify.MethodResult("draft", [], cases=[case])
+    report = verify.VerifyReport("id", "embedded", "strict", "m", [m])
+    assert not report.passed and f"- {case.note}" in verify.markdown(report)
+    # the smoke fails on it too, and its one-paragraph error gives the reason
+    strict = smoke.StrictResult("p", "draft", case, 8, 8)
+    rep = smoke.SmokeReport("id", "draft", [], strict=[strict])
+    assert not rep.passed and why in smoke._why(rep)
+
+
+def test_the_defect_rule_counts_characters_where_only_text_is_compared() -> None:
+    d = _ik_short_output()
+    plain = "x" * 113
+    assert d.not_short_output(plain, plain[:82], 48, 48, "characters") is None  # as measured
+    why = d.not_short_output(plain, plain[:56], 48, 48, "characters")
+    assert why and "keeps 56 of the plain output's 113 characters, fewer than the 57" in why
+
+
+def test_a_short_output_defect_needs_a_fraction_kept(tmp_path: Path) -> None:
+    entry = (
+        "defects:\n  - id: d\n    engine: ik_llama.cpp\n    pins: [%s]\n"
+        "    symptom: %s\n    summary: s\n"
+    )
+    series = tmp_path / "patches" / "series.yaml"
+    series.parent.mkdir()
+    short = entry % ("b" * 40, "short-output")
+    for extra, message in [
+        ("", "min_kept.*needed by short-output"),
+        ("    min_kept: 1.0\n", "min_kept: Input should be less than 1"),
+        ("    min_kept: 0\n", "min_kept: Input should be greater than 0"),
+        ("    min_kept: half\n", "min_kept: Input should be a valid number"),
+    ]:
+        series.write_text(short + extra)
+        with pytest.raises(LlamaspecError, match=message):
+            config.load_defects(tmp_path)
+    series.write_text(short + "    min_kept: 0.5\n")
+    assert config.load_defects(tmp_path)[0].min_kept == 0.5
+    series.write_text(entry % ("b" * 40, "corrupt-output") + "    min_kept: 0.5\n")
+    with pytest.raises(LlamaspecError, match="by no other symptom"):
+        config.load_defects(tmp_path)
 
 
 def test_failures_and_report_pass_rule() -> None:

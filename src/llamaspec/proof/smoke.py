@@ -4,9 +4,9 @@ The gate is the strict tier's fast form on the reference copy of the embedded mo
 (proof.reference): one prompt with the model drafting for itself, one code-copy prompt with
 the draft-free `ngram-mod` where the binary has it; each must be token-identical to plain
 decoding. An output that stops early fails, unless the engine pin has that defect on record
-(proof.defects), in which case the smoke names it. The quantized model's comparison is kept
-as information: where it differs, the reference's own log-probabilities at the first
-differing token say how close the two choices were.
+(proof.defects) and the output shows exactly its symptom, in which case the smoke names it.
+The quantized model's comparison is kept as information: where it differs, the reference's
+own log-probabilities at the first differing token say how close the two choices were.
 """
 
 from __future__ import annotations
@@ -182,13 +182,6 @@ class SmokeReport:
 # --- the quantized comparison (information) -------------------------------------------
 
 
-def first_difference(a: Sequence[Token], b: Sequence[Token]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def _common_prefix(a: str, b: str) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
@@ -218,7 +211,7 @@ def divergence(ref: Completion, spec: Completion) -> int | None:
     Servers without token ids (text mode) are compared by text and mapped back onto the
     reference's per-token pieces."""
     if not _text_mode(ref):
-        return first_difference(ref.tokens, spec.tokens)
+        return verify.first_difference(ref.tokens, spec.tokens)
     if ref.text == spec.text:
         return None
     offset = _common_prefix(ref.text, spec.text)
@@ -339,8 +332,9 @@ def _why(report: SmokeReport) -> str:
         s = report.strict_failures[0]
         return (
             f"on the F32 reference, {s.method} changed the output of prompt {s.prompt!r} "
-            f"({s.case.kind} at token {s.case.position}: reference {s.case.reference!r}, "
-            f"speculative {s.case.speculative!r})"
+            f"({s.case.kind} at token {s.case.position}"
+            + (f", {s.case.note}" if s.case.note else "")
+            + f": reference {s.case.reference!r}, speculative {s.case.speculative!r})"
         )
     return "the speculative runs accepted no draft tokens (speculation did not engage)"
 
@@ -441,6 +435,8 @@ def print_report(report: SmokeReport, console: Console) -> None:
         if s.case.defect:
             console.print(f"  {s.case.defect}")
         elif s.case.kind != "identical":
+            if s.case.note:
+                console.print(f"  {s.case.note}")
             console.print(f"  reference:   {s.case.reference}\n  speculative: {s.case.speculative}")
     for r in report.results:
         console.print(f"information (quantized): {r.prompt}: {r.verdict.describe()}")
