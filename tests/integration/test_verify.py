@@ -53,17 +53,35 @@ def test_strict_tier_on_the_hybrid_model_through_the_checkpoint_path(
 
 
 def test_oracle_tier_for_a_recipe_on_the_quantized_model(upstream_artifact, tmp_path) -> None:
-    """`verify --recipe`: the recipe's own settings, every emitted token judged by the
-    plain server's log-probabilities, against the envelope measured without speculation."""
-    proc = verify_cli(upstream_artifact, tmp_path, "--recipe", "gemma3-270m-ngram")
+    """`verify --recipe --prompts FILE`: the recipe's own settings on the user's prompts (a
+    chat among them), every emitted token judged by the plain server's log-probabilities,
+    against the envelope measured without speculation; under the determinism flags and
+    again under the recipe's own flags."""
+    prompts = tmp_path / "prompts.jsonl"
+    chat = [{"role": "user", "content": "Name three rivers in Europe."}]
+    prompts.write_text(
+        json.dumps({"name": "code", "text": "def fibonacci(n):\n", "n_predict": 24})
+        + "\n"
+        + json.dumps({"name": "chat", "messages": chat, "n_predict": 16})
+        + "\n"
+    )
+    proc = verify_cli(
+        upstream_artifact, tmp_path, "--recipe", "gemma3-270m-ngram", "--prompts", str(prompts)
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rep = _report(tmp_path, upstream_artifact, "recipe-gemma3-270m-ngram-oracle")
     assert rep["tier"] == "oracle" and rep["passed"] and rep["oracle_requests"] > 0
+    assert rep["determinism"] == ["--no-kv-unified", "-fa", "off"]
     env = rep["envelope"]
     assert {"sequential", "parallel slots", "micro-batch 4"} <= set(env["by_config"])
-    (m,) = rep["methods"]
-    assert "ngram-mod" in " ".join(m["argv"])
-    assert m["summary"]["sequential"]["failed"] == 0
+    det, own = rep["methods"]
+    assert (det["flags"], own["flags"]) == ("determinism", "own")
+    assert "ngram-mod" in " ".join(det["argv"]) and own["argv"] == det["argv"]
+    assert det["summary"]["sequential"]["failed"] == 0
+    assert {c["prompt"] for c in det["cases"]} == {"code", "chat"}
+    assert rep["own_flags"]["outputs"] == 4 and rep["own_flags"]["verdict"] == "passed"
+    md = tmp_path / f"verify-{upstream_artifact.id}-recipe-gemma3-270m-ngram-oracle.md"
+    assert "Recipe's own flags vs determinism flags" in md.read_text()
 
 
 def test_bench_writes_json_markdown_and_png(upstream_artifact, tmp_path) -> None:
@@ -99,6 +117,9 @@ def test_bench_writes_json_markdown_and_png(upstream_artifact, tmp_path) -> None
     by = {w["workload"]: w["summary"] for w in report["workloads"]}
     assert set(by) == {"copy", "qa"}
     assert by["copy"]["accepted"] > 0 and by["copy"]["spec_tps_median"] > 0
+    # first exposure is the headline; ngram-mod keeps its pool, so a warm figure beside it
+    assert report["keeps_state"] == ["ngram-mod"] and "restarted" in report["exposure"]
+    assert by["copy"]["warm_spec_tps_median"] > 0 and by["copy"]["warm_speedup"] > 0
     assert report["cost_model"]["batch_ratio"]["1"] == 1.0
     assert report["machine"]["cores"] >= 1 and report["commit"]
     md = stem.with_suffix(".md").read_text()
@@ -126,7 +147,14 @@ def test_tune_resumes_refuses_a_tiny_budget_and_writes_a_recipe(upstream_artifac
     proc = llamaspec("tune", "gemma3-270m-ngram", "--budget", "30", "--candidates", "2", *common)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     state = tmp_path / "reports" / f"tune-gemma3-270m-ngram-{upstream_artifact.id}.state.json"
-    assert len(json.loads(state.read_text())["done"]) == 2
+    saved = json.loads(state.read_text())
+    assert len(saved["done"]) == 2
+    # both candidates passed, so both are leaders and were timed again in the second pass
+    assert set(saved["second"]) == set(saved["done"])
+    report = json.loads(state.with_name(state.name.replace(".state", "")).read_text())
+    win = report["winner"]
+    assert win["final_score"] > 0 and win["score_pass2"] > 0 and "spread" in win
+    assert "pass 2" in state.with_name(state.name.replace(".state.json", ".md")).read_text()
     tuned = yaml.safe_load((tmp_path / "recipes" / "gemma3-270m-ngram-tuned.yaml").read_text())
     assert tuned["pair"] == "gemma3-270m-ngram" and tuned["spec"]["types"]
     m = tuned["measured"]
@@ -135,3 +163,10 @@ def test_tune_resumes_refuses_a_tiny_budget_and_writes_a_recipe(upstream_artifac
     # the resumed run measures nothing again and writes the same winner
     again = llamaspec("tune", "gemma3-270m-ngram", "--budget", "30", "--candidates", "2", *common)
     assert again.returncode == 0 and "resuming" in again.stdout
+    # another mix has no baseline yet: with the earlier run's timing, a budget too small is
+    # refused before its baseline runs
+    other = tuple("copy" if a == "qa" else a for a in common)
+    more = llamaspec("tune", "gemma3-270m-ngram", "--budget", "0.05", *other)
+    flat = " ".join(more.stderr.split())
+    assert more.returncode == 2 and "an earlier run's timing" in flat, more.stderr
+    assert "plain baseline" not in more.stdout

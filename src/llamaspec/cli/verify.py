@@ -70,6 +70,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="built-in models: only these prompts (short, code, prose, rewrite, chat)",
     )
     v.add_argument(
+        "--prompts",
+        type=Path,
+        metavar="FILE",
+        help="your own prompts instead of the built-in ones: JSON Lines, one object a line "
+        '({"text": ..., "n_predict": N} or {"messages": [...], "n_predict": N}; see README)',
+    )
+    v.add_argument(
+        "--server-defaults",
+        action="store_true",
+        help="built-in models: run every server with its defaults instead of the determinism "
+        "flags (--no-kv-unified, -fa off); measures what the defaults change, reports tagged "
+        "<model>-defaults (exactness is not claimed)",
+    )
+    v.add_argument(
         "--repeat",
         type=shared.positive,
         default=1,
@@ -86,11 +100,12 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     from llamaspec.proof import suite
 
     _check(args)
+    prompts = suite.load_prompts(args.prompts) if args.prompts else ()
     artifact = shared.load_artifact(args)
     dialect = dialect_for(artifact, console.print)
     if args.recipe:
         outcome = suite.for_recipe(
-            artifact, dialect, args.recipe, args.strict, args.mode, args.reports, console
+            artifact, dialect, args.recipe, args.strict, args.mode, args.reports, console, prompts
         )
     elif args.target:
         outcome = suite.for_files(
@@ -103,6 +118,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             args.mode,
             args.reports,
             console,
+            prompts,
         )
     else:
         which = args.model or default_models(artifact)
@@ -118,6 +134,8 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             console,
             args.repeat,
             args.prompt,
+            prompts,
+            args.server_defaults,
         )
     if outcome.failed:
         from llamaspec.proof.defects import defects_for
@@ -154,6 +172,15 @@ def _check(args: argparse.Namespace) -> None:
         raise LlamaspecError(
             "--model, --method, --prompt and --repeat shape the built-in run; a --recipe or "
             "--target run verifies exactly its own settings. Drop one of them."
+        )
+    if args.prompts and args.prompt:
+        raise LlamaspecError(
+            "--prompt NAME picks built-in prompts and --prompts FILE replaces them; give one."
+        )
+    if own and args.server_defaults:
+        raise LlamaspecError(
+            "--server-defaults is for the built-in models (a --recipe run adds the recipe "
+            "under its own flags, the server's defaults, by itself). Drop it."
         )
     if not args.target and (args.draft or args.spec):
         raise LlamaspecError("--draft and --spec go with --target FILE.")

@@ -9,6 +9,7 @@ OpenAI-compatible chat endpoint.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import re
@@ -35,6 +36,7 @@ __all__ = [
     "complete",
     "free_port",
     "log_acceptance",
+    "render_chat",
     "request",
     "running",
     "server_help",
@@ -52,11 +54,13 @@ Token = int | str
 
 @dataclass(frozen=True)
 class Prompt:
-    """A named greedy request: its text and how many tokens to generate."""
+    """A named greedy request: its text and how many tokens to generate. A chat prompt has
+    `messages` ((role, content) pairs) and no text until `render_chat` asks the server."""
 
     name: str
     text: str
     n_predict: int = N_PREDICT
+    messages: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class Completion:
     predicted_per_second: float
     draft_n: int | None
     draft_accepted: int | None
+    tokens_predicted: int | None = None  # as the server reports it
 
 
 def free_port() -> int:
@@ -294,7 +299,23 @@ def complete(server: Server, prompt: Prompt) -> Completion:
         predicted_per_second=float(timings.get("predicted_per_second", 0.0)),
         draft_n=draft_n,
         draft_accepted=accepted,
+        tokens_predicted=reply.get("tokens_predicted"),
     )
+
+
+def render_chat(server: Server, prompt: Prompt) -> Prompt:
+    """A chat prompt with its text: the messages through the model's own chat template
+    (`/apply-template`), less a leading BOS text the server adds again when it tokenizes."""
+    if not prompt.messages or prompt.text:
+        return prompt
+    messages = [{"role": role, "content": content} for role, content in prompt.messages]
+    text = server.post("/apply-template", {"messages": messages}).get("prompt")
+    if not isinstance(text, str) or not text:
+        raise server.failure(f"/apply-template gave no prompt text for chat prompt {prompt.name!r}")
+    bos = server.tokenize("", add_special=True)
+    if bos and server.tokenize(text, add_special=False)[:1] == bos:
+        text = text.removeprefix(server.detokenize(bos))
+    return dataclasses.replace(prompt, text=text)
 
 
 def _top(entry: dict) -> dict[Token, float]:

@@ -5,7 +5,10 @@
   the quantized embedded model.
 - A recipe (`--recipe NAME`) or files (`--target FILE [--draft FILE] --spec TYPE`): the
   oracle tier with those exact settings, after the same download and compatibility checks
-  as `serve`; `--strict` adds the strict tier on F32 reference copies when they fit.
+  as `serve`; `--strict` adds the strict tier on F32 reference copies when they fit. A
+  recipe's oracle tier also runs it under its own flags (the server's defaults, no
+  determinism flags), judged against the same envelope.
+- `--prompts FILE` (config.load_prompts) replaces the built-in prompts in any of these.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from llamaspec.models import catalog as models
 from llamaspec.models import compat, dialects, recipes
 from llamaspec.paths import project_root
 from llamaspec.proof import verify
+from llamaspec.proof.client import Prompt
 from llamaspec.proof.reference import Reference, reference_copy
 
 # Options a verify run sets itself (its own model files, slots, context, loopback port).
@@ -37,6 +41,21 @@ class Outcome:
     @property
     def failed(self) -> list[str]:
         return [f"{r.tag} ({r.tier})" for r in self.reports if not r.passed]
+
+
+def load_prompts(path: Path) -> tuple[Prompt, ...]:
+    """`--prompts FILE` as verify's prompts (validated by config.load_prompts)."""
+    from llamaspec import config
+
+    return tuple(
+        Prompt(
+            line.name or "",
+            line.text or "",
+            line.n_predict,
+            tuple((m.role, m.content) for m in line.messages or ()),
+        )
+        for line in config.load_prompts(path)
+    )
 
 
 def sha256_file(path: Path, console: Console) -> str:
@@ -57,12 +76,17 @@ def builtin(
     console: Console,
     repeat: int = 1,
     prompt_names: Sequence[str] = (),
+    prompts: Sequence[Prompt] = (),
+    server_defaults: bool = False,
 ) -> Outcome:
-    """The built-in models: strict on their F32 copies, oracle on the quantized embedded one."""
+    """The built-in models: strict on their F32 copies, oracle on the quantized embedded one.
+
+    `prompts` (a prompts file's) replace the built-in ones; `server_defaults` runs every
+    server without the determinism flags, into reports tagged `<model>-defaults`."""
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
     from llamaspec.proof.hybrid import hybrid_model
 
-    prompts = verify.choose_prompts(prompt_names)
+    prompts = tuple(prompts) or verify.choose_prompts(prompt_names)
     out = []
     for name in which:
         if name == "embedded":
@@ -84,10 +108,11 @@ def builtin(
             out_dir=reports,
             console=console,
             methods=chosen,
-            tag=name,
+            tag=f"{name}-defaults" if server_defaults else name,
             modes=modes,
             repeat=repeat,
             prompts=prompts,
+            server_defaults=server_defaults,
         )
         if "strict" in tiers:
             ref, ref_draft = _references(model, draft, console, sha, draft_sha)
@@ -113,14 +138,15 @@ def builtin(
     return Outcome(tuple(out))
 
 
-def spec_method(argv: Sequence[str], name: str) -> verify.Method:
-    """A recipe's rendered command as a verify method: its own options minus what verify sets."""
+def spec_method(argv: Sequence[str], name: str, keep: Sequence[str] = ()) -> verify.Method:
+    """A recipe's rendered command as a verify method: its own options minus what verify sets
+    (but those in `keep`: the recipe's own flash-attention setting, under its own flags)."""
     rest, skip = [], 0
     for a in argv[1:]:
         if skip:
             skip -= 1
             continue
-        if a in OWN_OPTIONS:
+        if a in OWN_OPTIONS and a not in keep:
             skip = OWN_OPTIONS[a]
             continue
         rest.append(a)
@@ -135,8 +161,10 @@ def for_recipe(
     modes: Sequence[str],
     reports: Path,
     console: Console,
+    prompts: Sequence[Prompt] = (),
 ) -> Outcome:
-    """A recipe's own settings on the user's build: oracle tier (+ strict with --strict)."""
+    """A recipe's own settings on the user's build: oracle tier (+ strict with --strict),
+    the oracle tier under the determinism flags and again under the recipe's own flags."""
     root = project_root()
     recipe, catalog = recipes.find(name, root)
     files = models.pull(catalog, recipe.pair, root, console)
@@ -144,6 +172,10 @@ def for_recipe(
     def method(target: Path, draft: Path | None) -> verify.Method:
         argv = recipes.render_for(recipe, artifact, dialect, target, draft).argv
         return spec_method(argv, recipe.name)
+
+    def own(target: Path, draft: Path | None) -> verify.Method:
+        argv = recipes.render_for(recipe, artifact, dialect, target, draft).argv
+        return spec_method(argv, recipe.name, keep=("-fa",))
 
     return _own_settings(
         artifact,
@@ -156,6 +188,8 @@ def for_recipe(
         modes,
         reports,
         console,
+        prompts,
+        own,
     )
 
 
@@ -194,6 +228,7 @@ def for_files(
     modes: Sequence[str],
     reports: Path,
     console: Console,
+    prompts: Sequence[Prompt] = (),
 ) -> Outcome:
     """The user's own GGUF files: compatibility first, then the oracle (and strict) tier."""
     check_gguf(target, "--target")
@@ -228,6 +263,7 @@ def for_files(
         modes,
         reports,
         console,
+        prompts,
     )
 
 
@@ -242,15 +278,28 @@ def _own_settings(
     modes: Sequence[str],
     reports: Path,
     console: Console,
+    prompts: Sequence[Prompt] = (),
+    own: Callable[[Path, Path | None], verify.Method] | None = None,
 ) -> Outcome:
     """One configuration, `method(target, draft)`: the oracle tier on the files as they are
-    (unless the engine has no token ids and --strict runs), the strict tier on F32
-    reference copies with --strict."""
+    (unless the engine has no token ids and --strict runs), with `own(target, draft)` (the
+    recipe under its own flags) beside it; the strict tier on F32 reference copies with
+    --strict. `prompts` replace the built-in ones."""
     spec = method(target, draft)  # rendered first: a refusal comes before any work
-    run = functools.partial(verify.verify, artifact, dialect, out_dir=reports, console=console)
+    mine = own(target, draft) if own else None
+    run = functools.partial(
+        verify.verify,
+        artifact,
+        dialect,
+        out_dir=reports,
+        console=console,
+        **({"prompts": tuple(prompts)} if prompts else {}),
+    )
     out = []
     if not (strict and _no_token_ids(artifact, console)):
-        out.append(run(target, tier="oracle", tag=tag, draft=draft, modes=modes, spec=spec))
+        out.append(
+            run(target, tier="oracle", tag=tag, draft=draft, modes=modes, spec=spec, own=mine)
+        )
     if strict:
         ref, ref_draft = _references(target, draft, console)
         ref_draft_path = ref_draft.path if ref_draft else None

@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -39,12 +39,14 @@ from llamaspec.proof.client import (
     Server,
     base_args,
     complete,
+    render_chat,
     running,
     server_help,
 )
 from llamaspec.proof.defects import Defect, known_defect
 
 PARALLEL_SLOTS = 4
+SLOT_CTX = 4096  # each slot's context: prompt and generated tokens must fit
 Say = Callable[[str], None]
 
 CHAT_TURNS = (
@@ -143,6 +145,7 @@ class Case:
     reference: str = ""
     speculative: str = ""
     defect: str | None = None
+    note: str = ""  # why a catalogued short-output defect does not excuse it
 
 
 @dataclass
@@ -154,6 +157,7 @@ class MethodResult:
     drafted: int = 0
     accepted: int = 0
     per_mode: dict[str, list[int]] = field(default_factory=dict)  # mode: [drafted, accepted]
+    flags: str = "determinism"  # or "own": the recipe's own flags, no determinism flags
 
     def drafts(self, mode: str) -> tuple[int, int]:
         d, a = self.per_mode.get(mode, [0, 0])
@@ -195,6 +199,9 @@ class VerifyReport:
     oracle_requests: int = 0
     wall_seconds: float = 0.0
     server: list[str] = field(default_factory=list)  # the plain server's command line
+    # The determinism flags every server used (rows with flags "own" excepted); [] when the
+    # run used the server's defaults, None where not recorded.
+    determinism: list[str] | None = None
 
     @property
     def passed(self) -> bool:
@@ -215,7 +222,37 @@ class VerifyReport:
             }
             mj["identical"] = m.count("identical")
             mj["failed"] = len(m.failures)
+        out["own_flags"] = own_flags_summary(self)
         return _json_safe(out)
+
+
+FLAG_LABELS = {"determinism": "determinism flags", "own": "recipe's own flags"}
+
+
+def _label(m: MethodResult) -> str:
+    """A method as reports name it: rows under the recipe's own flags say so."""
+    return m.method if m.flags == "determinism" else f"{m.method} ({FLAG_LABELS[m.flags]})"
+
+
+def own_flags_summary(report: VerifyReport) -> dict | None:
+    """What the recipe's own flags (the server's defaults) changed, in the oracle's terms:
+    outputs identical to the reference, within the envelope, over it; None without such rows."""
+    own = [m for m in report.methods if m.flags == "own" and m.skipped is None]
+    if not own:
+        return None
+    cases = [c for m in own for c in m.cases]
+    failed = sum(len(m.failures) for m in own)
+    gaps = [g for g in (m.max_gap() for m in own) if g is not None]
+    return {
+        "outputs": len(cases),
+        "identical": sum(1 for c in cases if c.kind == "identical"),
+        "within_envelope": sum(1 for c in cases if c.kind == "within"),
+        "over_envelope": sum(1 for c in cases if c.kind == "over-envelope"),
+        "other_failures": failed - sum(1 for c in cases if c.kind == "over-envelope"),
+        "max_gap": _finite(max(gaps)) if gaps else None,
+        "envelope": round(report.envelope.max_gap, 4) if report.envelope else None,
+        "verdict": "failed" if failed else "passed",
+    }
 
 
 def _finite(x: float | None) -> float | str | None:
@@ -334,7 +371,9 @@ def run_prompts(server: Server, prompts: Sequence[Prompt], parallel: bool) -> li
         return list(pool.map(lambda p: complete(server, p), prompts))
 
 
-def _first_difference(a: Sequence, b: Sequence) -> int | None:
+def first_difference(a: Sequence, b: Sequence) -> int | None:
+    """Index of the first item where `a` and `b` differ (the shorter one's length when one
+    is a prefix of the other), or None when they are equal."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
@@ -357,8 +396,11 @@ def compare(
     ref_server: Server,
     defect: Defect | None,
 ) -> Case:
-    """Strict comparison: identical, or a failure of a named kind (short, longer, different)."""
-    pos = _first_difference(ref.tokens, spec.tokens)
+    """Strict comparison: identical, or a failure of a named kind (short, longer, different).
+
+    A short output is excused as `defect` (a catalogued short-output defect) only when it
+    shows exactly that symptom; otherwise the case says why not."""
+    pos = first_difference(ref.tokens, spec.tokens)
     if pos is None:
         return Case(prompt.name, mode, "identical")
     if pos == len(spec.tokens):
@@ -375,8 +417,14 @@ def compare(
         reference=_continuation(ref_server, ref, pos) if pos < len(ref.tokens) else "(ended)",
         speculative=_continuation(ref_server, spec, pos) if pos < len(spec.tokens) else "(ended)",
     )
-    if kind == "short" and defect is not None:
-        case.kind, case.defect = "known-defect", defect.describe()
+    if defect is not None:
+        why = defect.not_short_output(
+            ref.tokens, spec.tokens, spec.tokens_predicted, prompt.n_predict
+        )
+        if why is None:
+            case.kind, case.defect = "known-defect", defect.describe()
+        else:
+            case.note = f"not the catalogued defect {defect.id}: {why}"
     return case
 
 
@@ -395,6 +443,12 @@ class Setup:
     base: tuple[str, ...]
     prompts: tuple[Prompt, ...]
     repeat: int = 1  # rounds of the parallel mode
+    determinism: tuple[str, ...] = ()  # the determinism flags at the end of `base`
+
+    def server_defaults(self) -> Setup:
+        """The same setup without the determinism flags: the server's defaults."""
+        cut = len(self.base) - len(self.determinism)
+        return replace(self, base=self.base[:cut], determinism=())
 
     def cycle(self, n: int) -> list[tuple[Prompt, int]]:
         """(prompt, index into the reference outputs) for `n` outputs in prompt order."""
@@ -415,6 +469,7 @@ def strict(
         ref = stack.enter_context(
             running(artifact.server, list(setup.base), logs / "reference.log")
         )
+        setup = prepared(ref, setup)
         console.print(f"verify: strict: reference run ({len(setup.prompts)} prompts)")
         refs = run_prompts(ref, setup.prompts, parallel=False)
         orc: oracle_mod.Oracle | None = None
@@ -464,6 +519,21 @@ def _sweep(
     return results
 
 
+def prepared(server: Server, setup: Setup) -> Setup:
+    """The prompts as they will be sent: chats through the model's own template, and each
+    one checked to fit a slot's context with the tokens it asks for."""
+    prompts = tuple(render_chat(server, p) for p in setup.prompts)
+    for p in prompts:
+        n = len(server.tokenize(p.text))
+        if n + p.n_predict > SLOT_CTX:
+            raise LlamaspecError(
+                f"Prompt {p.name!r} is {n} tokens and asks for {p.n_predict} more: "
+                f"{n + p.n_predict} do not fit in the {SLOT_CTX}-token context of a verify "
+                "slot. Shorten its text or lower its n_predict."
+            )
+    return replace(setup, prompts=prompts)
+
+
 def _oracle_server(artifact: Artifact, setup: Setup, logs: Path):
     """A plain one-slot server for per-token checks (prompt cache on)."""
     own = base_args(setup.target, ctx=8192, slots=1)
@@ -483,7 +553,8 @@ def _run_method(
     mode repeated `setup.repeat` times, prompts in the same order each time)."""
     res = MethodResult(m.name, shown(m.argv))
     outputs: dict[str, list[Completion]] = {}
-    with running(artifact.server, [*setup.base, *m.argv], logs / f"{m.name}.log") as srv:
+    log = logs / f"{m.name}{'' if setup.determinism else '-server-defaults'}.log"
+    with running(artifact.server, [*setup.base, *m.argv], log) as srv:
         for mode, parallel in (("sequential", False), ("parallel", True)):
             if modes and mode not in modes:
                 continue
@@ -544,6 +615,18 @@ def measure_envelope(
     return env
 
 
+def judge_gaps(case: Case, gaps: Sequence[oracle_mod.Gap], envelope: float) -> None:
+    """The oracle tier's verdict on one output: its per-token gaps are recorded, and a gap
+    over the envelope fails it (a different output within the envelope passes)."""
+    case.max_gap = oracle_mod.max_gap(gaps) if gaps else None
+    over = [g for g in gaps if g.gap > envelope]
+    case.over = [oracle_mod.describe(g) for g in over][:8]
+    if case.kind in ("different", "longer") and gaps:
+        case.kind = "over-envelope" if over else "within"
+    elif case.kind == "identical" and over:
+        case.kind = "over-envelope"  # the plain reference itself drifted
+
+
 def oracle_tier(
     artifact: Artifact,
     dialect: str,
@@ -553,9 +636,14 @@ def oracle_tier(
     logs: Path,
     console: Console,
     help_text: str,
+    own: Method | None = None,
 ) -> tuple[list[MethodResult], Envelope, int]:
-    """Every emitted token's gap against the plain server's choice, within the envelope."""
+    """Every emitted token's gap against the plain server's choice, within the envelope.
+
+    `own`: a recipe under its own flags, run after the sweep without the determinism flags
+    and judged against the same reference, oracle and envelope (rows with flags "own")."""
     with _oracle_server(artifact, setup, logs) as osrv:
+        setup = prepared(osrv, setup)
         probe = complete(osrv, setup.prompts[0])
         if probe.tokens and not isinstance(probe.tokens[0], int):
             raise LlamaspecError(
@@ -569,19 +657,20 @@ def oracle_tier(
         console.print(f"verify: oracle: envelope {env.max_gap:.3f} nats {env.by_config}")
 
         def judge(case: Case, p: Prompt, s: Completion) -> None:
-            """Every output gets its per-token gaps; a gap over the envelope fails it."""
-            gaps = _gaps(orc, p, s)
-            case.max_gap = oracle_mod.max_gap(gaps) if gaps else None
-            over = [g for g in gaps if g.gap > env.max_gap]
-            case.over = [oracle_mod.describe(g) for g in over][:8]
-            if case.kind in ("different", "longer") and gaps:
-                case.kind = "over-envelope" if over else "within"
-            elif case.kind == "identical" and over:
-                case.kind = "over-envelope"  # the plain reference itself drifted
+            judge_gaps(case, _gaps(orc, p, s), env.max_gap)
 
         with running(artifact.server, list(setup.base), logs / "reference.log") as ref:
             refs = run_prompts(ref, setup.prompts, parallel=False)
             results = _sweep(artifact, setup, methods, modes, logs, console, ref, refs, judge)
+            if own is not None:
+                console.print(
+                    f"verify: {own.name}: its own flags (no {' '.join(setup.determinism)})"
+                )
+                defaults = setup.server_defaults()
+                mine = _sweep(artifact, defaults, [own], modes, logs, console, ref, refs, judge)
+                for r in mine:
+                    r.flags = "own"
+                results += mine
         return results, env, orc.requests
 
 
@@ -602,17 +691,20 @@ def verify(
     spec: Method | None = None,
     reference_sha256: str | None = None,
     repeat: int = 1,
+    own: Method | None = None,
+    server_defaults: bool = False,
 ) -> VerifyReport:
     """Run one tier; write verify-<artifact>-<tag>[-oracle].json/.md into `out_dir`.
 
-    `spec` replaces the method sweep with one configuration (a recipe's own settings)."""
+    `spec` replaces the method sweep with one configuration (a recipe's settings, under the
+    determinism flags); `own` (oracle tier) adds that recipe under its own flags, judged in
+    the oracle's terms. `server_defaults` drops the determinism flags from every server: a
+    measurement of what the defaults change, where exactness is not claimed."""
     t0 = time.monotonic()
     help_text = server_help(artifact.server)
-    base = (
-        *base_args(model, ctx=4096 * PARALLEL_SLOTS, slots=PARALLEL_SLOTS),
-        *determinism_args(help_text),
-    )
-    setup = Setup(model, draft or model, base, tuple(prompts), repeat)
+    det = () if server_defaults else tuple(determinism_args(help_text))
+    base = (*base_args(model, ctx=SLOT_CTX * PARALLEL_SLOTS, slots=PARALLEL_SLOTS), *det)
+    setup = Setup(model, draft or model, base, tuple(prompts), repeat, det)
     name = tag if tier == "strict" else f"{tag}-oracle"
     logs = out_dir / f"verify-{artifact.id}-{name}-logs"
     if spec is not None:
@@ -620,7 +712,7 @@ def verify(
     else:
         available = methods_for(dialect, help_text, setup.draft, has_mtp)
         chosen = choose_methods(available, methods, artifact.server)
-    for m in chosen:
+    for m in [*chosen, *([own] if own and tier == "oracle" else [])]:
         if isinstance(m, Method):
             dialects.check_help(list(m.argv), help_text, str(artifact.server))
     if tier == "strict":
@@ -628,11 +720,12 @@ def verify(
         report = VerifyReport(artifact.id, name, tier, model.name, results, None, reference_sha256)
     else:
         results, env, n = oracle_tier(
-            artifact, dialect, setup, chosen, modes, logs, console, help_text
+            artifact, dialect, setup, chosen, modes, logs, console, help_text, own
         )
         report = VerifyReport(artifact.id, name, tier, model.name, results, env, None, n)
     report.wall_seconds = time.monotonic() - t0
     report.server = [artifact.server.name, *shown(base)]
+    report.determinism = list(det)
     write(report, out_dir)
     print_table(report, console)
     return report
@@ -692,6 +785,7 @@ def markdown(report: VerifyReport) -> str:
             "Reference copy in F32"
             + (f" (sha256 `{report.reference_sha256[:16]}…`)" if report.reference_sha256 else "")
             + ": greedy output with speculation must be token-identical to output without it.",
+            *flags_lines(report),
             "",
             "| method | mode | identical | failed | known defect | drafted | accepted | note |",
             "|---|---|---|---|---|---|---|---|",
@@ -703,6 +797,7 @@ def markdown(report: VerifyReport) -> str:
             f"Envelope (no speculation; {', '.join(env.configs)}): max per-token gap "
             f"{env.max_gap:.3f} nats ({', '.join(f'{k}: {v}' for k, v in env.by_config.items())}); "
             f"{report.oracle_requests} oracle requests.",
+            *flags_lines(report),
             "",
             *(
                 f"Envelope configuration **{f['config']}** crashed the server and was skipped: "
@@ -716,7 +811,7 @@ def markdown(report: VerifyReport) -> str:
         ]
     for m in report.methods:
         if m.skipped:
-            lines.append(f"| {m.method} | – | | | | | | | {m.skipped} |")
+            lines.append(f"| {_label(m)} | – | | | | | | | {m.skipped} |")
             continue
         for mode in ("sequential", "parallel"):
             if not any(c.mode == mode for c in m.cases):
@@ -725,14 +820,14 @@ def markdown(report: VerifyReport) -> str:
                 failed = sum(1 for c in m.failures if c.mode == mode)
                 d, a = m.drafts(mode)
                 lines.append(
-                    f"| {m.method} | {mode} | {m.count('identical', mode)} | {failed} | "
+                    f"| {_label(m)} | {mode} | {m.count('identical', mode)} | {failed} | "
                     f"{m.count('known-defect', mode)} | {d} | {a} | |"
                 )
             else:
                 gap = _finite(m.max_gap(mode))
                 d, a = m.drafts(mode)
                 lines.append(
-                    f"| {m.method} | {mode} | {m.count('identical', mode)} | "
+                    f"| {_label(m)} | {mode} | {m.count('identical', mode)} | "
                     f"{m.count('within', mode)} | {m.count('over-envelope', mode)} | {gap} | "
                     f"{d} | {a} | |"
                 )
@@ -742,11 +837,15 @@ def markdown(report: VerifyReport) -> str:
             f"Plain server: `{' '.join(report.server)}`; each method adds its arguments:",
             "",
             *(
-                f"- {m.method}: `{' '.join(m.argv) or '(none)'}`"
+                f"- {_label(m)}: `{' '.join(m.argv) or '(none)'}`"
+                + (" (without the determinism flags)" if m.flags == "own" else "")
                 for m in report.methods
                 if not m.skipped
             ),
         ]
+    own = own_flags_lines(report)
+    if own:
+        lines += ["", "## Recipe's own flags vs determinism flags", "", *own]
     for m in report.methods:
         who = _under_test(m.method)
         for c in m.cases:
@@ -754,11 +853,13 @@ def markdown(report: VerifyReport) -> str:
                 continue
             lines += [
                 "",
-                f"## {m.method} / {c.prompt} ({c.mode}): {c.kind} at token {c.position}",
+                f"## {_label(m)} / {c.prompt} ({c.mode}): {c.kind} at token {c.position}",
                 "",
             ]
             if c.defect:
                 lines.append(f"- known defect: {c.defect}")
+            if c.note:
+                lines.append(f"- {c.note}")
             lines += [f"- reference: `{c.reference}`", f"- {who}: `{c.speculative}`"]
             if c.max_gap is not None:
                 lines.append(f"- largest per-token gap of the {who} output: {_finite(c.max_gap)}")
@@ -770,15 +871,77 @@ def markdown(report: VerifyReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def flags_lines(report: VerifyReport) -> list[str]:
+    """Which server flags the report's claim holds under (nothing where not recorded)."""
+    det = report.determinism
+    if det is None:
+        return []
+    if not det:
+        return [
+            "",
+            "Server defaults, no determinism flags (`--server-defaults`): exactness is not "
+            "claimed here; a difference measures what the defaults change, with its gaps.",
+        ]
+    flags = f"`{' '.join(det)}`"
+    if report.tier == "strict":
+        text = (
+            f"Exact under the determinism flags {flags}, which every server of this run uses "
+            "(one KV cache per slot, flash attention off); with the server's defaults "
+            "exactness is not claimed."
+        )
+    else:
+        text = f"Reference, envelope and oracle run under the determinism flags {flags}" + (
+            "; the rows under the recipe's own flags run without them."
+            if any(m.flags == "own" for m in report.methods)
+            else "."
+        )
+    return ["", text]
+
+
+def own_flags_lines(report: VerifyReport) -> list[str]:
+    """What the recipe's own flags changed against the same reference and envelope."""
+    s = own_flags_summary(report)
+    if s is None:
+        return []
+    det = " ".join(report.determinism or []) or "the determinism flags"
+    if s["verdict"] == "failed":
+        verdict = (
+            "FAILED: under its own flags the recipe emits tokens the oracle puts over the "
+            "envelope (details below)."
+        )
+    elif s["within_envelope"]:
+        verdict = (
+            "Passed: what the defaults change stays within the envelope, the numerics of "
+            "other kernel shapes, not a failure."
+        )
+    else:
+        verdict = "Passed: the defaults changed no output here."
+    return [
+        f"Under the determinism flags (`{det}`) the recipe ran as the strict tier needs it to "
+        "be exact. Under the recipe's own flags it ran the way `serve` runs it: the "
+        "server's defaults for the rest, no determinism flags. Against the same reference "
+        "and envelope "
+        f"({s['envelope']} nats): {s['identical']} of {s['outputs']} outputs identical, "
+        f"{s['within_envelope']} within the envelope (largest gap {s['max_gap']} nats), "
+        f"{s['over_envelope']} over it"
+        + (f", {s['other_failures']} cut short or failed otherwise" if s["other_failures"] else "")
+        + ".",
+        "",
+        verdict,
+    ]
+
+
 def print_table(report: VerifyReport, console: Console) -> None:
     table = Table(title=f"verify ({report.tier}): {report.artifact_id} ({report.model})")
-    cols = ["method", "mode", "identical"]
+    own = any(m.flags == "own" for m in report.methods)
+    cols = ["method", *(["flags"] if own else []), "mode", "identical"]
     cols += ["failed", "known defect"] if report.tier == "strict" else ["within", "over", "max gap"]
     for col in (*cols, "drafted", "accepted", "note"):
         table.add_column(col)
     for m in report.methods:
+        first = [m.method, *([m.flags] if own else [])]
         if m.skipped:
-            table.add_row(m.method, "–", *[""] * (len(cols) - 2), "", "", m.skipped)
+            table.add_row(*first, "–", *[""] * (len(cols) - len(first) - 1), "", "", m.skipped)
             continue
         for mode in ("sequential", "parallel"):
             if not any(c.mode == mode for c in m.cases):
@@ -795,7 +958,7 @@ def print_table(report: VerifyReport, console: Console) -> None:
                     str(_finite(m.max_gap(mode))),
                 ]
             table.add_row(
-                m.method,
+                *first,
                 mode,
                 str(m.count("identical", mode)),
                 *extra,
@@ -803,14 +966,18 @@ def print_table(report: VerifyReport, console: Console) -> None:
                 "",
             )
     console.print(table)
+    for line in (*flags_lines(report), *own_flags_lines(report)):
+        console.print(f"  {line}" if line else "", markup=False)
     for m in report.methods:
         who = _under_test(m.method)
         for c in m.cases:
             if c.kind not in ("identical", "within"):
                 console.print(
-                    f"  {m.method}/{c.prompt} ({c.mode}): {c.kind} at token {c.position}"
+                    f"  {_label(m)}/{c.prompt} ({c.mode}): {c.kind} at token {c.position}"
                     + (f" — {c.defect}" if c.defect else "")
                 )
+                if c.note:
+                    console.print(f"    {c.note}")
                 if c.kind != "known-defect":
                     console.print(f"    reference: {c.reference}\n    {who}: {c.speculative}")
     console.print(f"verify: {'PASSED' if report.passed else 'FAILED'} ({report.wall_seconds:.0f}s)")
