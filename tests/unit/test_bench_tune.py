@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from llamaspec import config
 from llamaspec.engine import toolchain
 from llamaspec.errors import LlamaspecError
-from llamaspec.proof import costmodel, tune, workloads
+from llamaspec.proof import bench, costmodel, tune, workloads
 
 pytestmark = pytest.mark.unit
 
@@ -267,7 +268,39 @@ def test_state_resumes_only_the_same_run(tmp_path: Path) -> None:
     assert tune.State.load(path, "key-a", fresh=True).done == {}
     path.write_text("{not json")
     assert tune.State.load(path, "key-a").done == {}
-    assert tune.best(again.done)["label"] == "one"
+    assert tune.best(again.done) is None  # no candidate timed twice yet
+    again.second["c1"] = {"speedups": {"copy": 1.2}, "score": 1.2}
+    again.save()
+    resumed = tune.State.load(path, "key-a")
+    assert resumed.second == again.second
+    resumed.done["c1"] = tune.both_passes(resumed.done["c1"], resumed.second["c1"])
+    assert tune.best(resumed.done)["label"] == "one"
+
+
+def test_winner_is_chosen_on_both_passes() -> None:
+    """Pass 1's best can lose: the leaders are timed again and the winner has the best
+    geometric mean of both scores; the report shows both figures and their spread."""
+    done = {
+        "lucky": {"label": "lucky", "passed": True, "score": 2.0, "speedups": {"qa": 2.0}},
+        "steady": {"label": "steady", "passed": True, "score": 1.8, "speedups": {"qa": 1.8}},
+        "third": {"label": "third", "passed": True, "score": 1.5, "speedups": {"qa": 1.5}},
+        "fourth": {"label": "fourth", "passed": True, "score": 1.4, "speedups": {"qa": 1.4}},
+        "bad": {"label": "bad", "passed": False, "refused": True, "score": 0.0, "check": "x"},
+    }
+    assert tune.leaders(done) == ["lucky", "steady", "third"]  # at least three, refused never
+    second = {
+        "lucky": {"speedups": {"qa": 1.2}, "score": 1.2},
+        "steady": {"speedups": {"qa": 1.8}, "score": 1.8},
+        "third": {"speedups": {"qa": 1.5}, "score": 1.5},
+    }
+    for k, v in second.items():
+        done[k] = tune.both_passes(done[k], v)
+    win = tune.best(done)
+    assert win["label"] == "steady" and win["final_score"] == pytest.approx(1.8)
+    assert done["lucky"]["spread"] == pytest.approx(0.8)
+    assert done["lucky"]["final_score"] == pytest.approx((2.0 * 1.2) ** 0.5, rel=1e-3)
+    assert tune._verdict(done["bad"]).startswith("refused, not timed")
+    assert tune.second_pass_seconds(10.0, 2, 3) == pytest.approx(3 * (22.0 + 10.0))
 
 
 def test_score_budget_and_refusals() -> None:
@@ -276,6 +309,7 @@ def test_score_budget_and_refusals() -> None:
     assert tune.fits(100, 50, 200) and not tune.fits(180, 50, 200)
     msg = tune.too_small(1, 45, 40)
     assert "too small for one candidate" in msg and "--budget 2" in msg
+    assert "an earlier run's timing" in tune.too_small(1, 45, 40, estimated=True)
     with pytest.raises(LlamaspecError, match="not a file"):
         tune.adhoc_recipe(Path("/nonexistent/t.gguf"), None, ["ngram-mod"], None)
 
@@ -329,3 +363,33 @@ def test_a_verification_point_whose_server_fails_is_left_out() -> None:
     ticks = []
     got = costmodel.measure_verify(refuses, "p", lambda: 10.0, 9, progress=lambda: ticks.append(1))
     assert got == {} and tried == [2, 3, 5, 9] and len(ticks) == 4
+
+
+def test_a_candidate_that_fails_the_fast_check_is_refused_and_never_timed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The check comes first; a failure returns before any server is started or timed."""
+    from types import SimpleNamespace
+
+    from llamaspec.proof import verify
+
+    plan = bench.BenchPlan("r", ("-m", "t.gguf"), ("--spec-type", "ngram-mod"), ("ngram-mod",),
+                           tmp_path / "t.gguf", None, 17)  # fmt: skip
+    monkeypatch.setattr(tune, "apply", lambda recipe, engine, c: recipe)
+    monkeypatch.setattr(tune, "recipe_plan", lambda *a, **k: plan)
+    failed = SimpleNamespace(passed=False, detail="code: first difference at token 3")
+    monkeypatch.setattr(verify, "fast_check", lambda *a, **k: failed)
+
+    def never(*_a, **_k):
+        raise AssertionError("a refused candidate was timed")
+
+    monkeypatch.setattr(tune, "running", never)
+    monkeypatch.setattr(bench, "run", never)
+    c = tune.Candidate("ngram-mod 4/2/16", {"types": ["ngram-mod"]})
+    r = tune._measure(
+        None, None, "llama.cpp", c, plan.target, plan.target, None, "upstream", "",
+        (), None, 0, tmp_path, Console(),
+    )  # fmt: skip
+    assert r["refused"] and not r["passed"] and "speedups" not in r and r["score"] == 0.0
+    assert tune._verdict(r) == "refused, not timed: code: first difference at token 3"
+    assert tune.leaders({"x": r}) == []

@@ -33,6 +33,28 @@ def test_summary_reports_speedup_acceptance_and_ratio() -> None:
     assert bench.summarize(four, {1: 10.0}, 0.0, True)["expected_speedup"] is None
 
 
+def test_warm_figures_are_a_second_labelled_column_beside_first_exposure() -> None:
+    """The headline is first exposure; a method that keeps state gets its warm figure (the
+    same workload again) in columns of its own, with its own acceptance and prediction."""
+    cell = bench.Cell("copy", 1)
+    cell.plain = [bench.Sample(64, 10.0, 7.0)] * 3
+    cell.spec = [bench.Sample(64, 9.0, 7.0, 10, 2, 5, [0.2])] * 3
+    cell.warm = [bench.Sample(64, 20.0, 3.0, 40, 36, 6, [0.9])] * 3
+    s = bench.summarize(cell, {1: 10.0, 2: 11.0, 9: 14.0}, 0.0, True)
+    assert s["speedup"] == pytest.approx(0.9) and s["warm_speedup"] == pytest.approx(2.0)
+    assert s["acceptance"] == 0.2 and s["warm_acceptance"] == 0.9
+    assert s["expected_speedup"] < s["warm_expected_speedup"]
+    report = {"keeps_state": ["ngram-mod"], "workloads": [{"workload": "copy", "concurrency": 1,
+                                                             "summary": s}]}  # fmt: skip
+    (row,) = bench.rows(report)
+    assert bench.head(report)[-3:] == bench.WARM_HEAD and row[4] == "0.90×" and row[-3] == "2.00×"
+    # a stateless method has no warm columns, and its summary no warm keys
+    del cell.warm[:]
+    assert not any(k.startswith("warm") for k in bench.summarize(cell, None, 0.0, True))
+    assert bench.head({"keeps_state": []}) == bench.HEAD
+    assert {"ngram-mod", "ngram-cache"} <= bench.KEEPS_STATE and "draft" not in bench.KEEPS_STATE
+
+
 def test_bench_splits_a_rendered_command_into_plain_and_speculative_args() -> None:
     argv = [
         "/x/llama-server",
@@ -96,6 +118,32 @@ def test_split_takes_every_dialects_speculative_arguments(name: str) -> None:
         assert plain[:2] == ["-m", "t.gguf"] and "d.gguf" not in plain, spec_type
         rendered += 1
     assert rendered
+
+
+@pytest.mark.parametrize(
+    ("argv", "spec"),
+    [
+        # an unknown --spec-* switch leaves the next option alone
+        (["--spec-foo", "-ngl", "99", "-c", "4096"], ["--spec-foo"]),
+        (["-c", "4096", "--spec-foo"], ["--spec-foo"]),  # last, with nothing after it
+        (["--spec-foo", "--spec-bar", "3", "-c", "4096"], ["--spec-foo", "--spec-bar", "3"]),
+        # an unknown --spec-* option with a value takes it, a negative number too
+        (["--spec-foo", "-1", "-c", "4096"], ["--spec-foo", "-1"]),
+        (["--spec-foo", "-0.5", "-c", "4096"], ["--spec-foo", "-0.5"]),
+        (["--spec-foo", "ngram-mod", "-c", "4096"], ["--spec-foo", "ngram-mod"]),
+        # `--flag=value` is one argument, known or not
+        (["--spec-foo=3", "-c", "4096"], ["--spec-foo=3"]),
+        (["--draft-max=8", "-c", "4096"], ["--draft-max=8"]),
+        # known flags: a value always, a switch never
+        (["--draft-p-min", "-1", "-c", "4096"], ["--draft-p-min", "-1"]),
+        (["-mtp", "-c", "4096"], ["-mtp"]),
+    ],
+)
+def test_split_knows_switches_from_options_with_values(argv: list[str], spec: list[str]) -> None:
+    plain, got = bench.split_spec(argv)
+    assert got == spec
+    assert plain == [a for a in argv if a not in spec]
+    assert "-c" in plain and "4096" in plain
 
 
 def test_dialect_probe_from_help() -> None:

@@ -4,6 +4,7 @@ builds cost here, which speculative settings are fastest, and whether clean buil
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,8 +24,8 @@ def _minutes(text: str) -> float:
         value = float(text)
     except ValueError:
         value = 0.0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes above 0")
+    if not math.isfinite(value) or value <= 0:  # nan and inf are refused like 0
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of minutes above 0")
     return value
 
 

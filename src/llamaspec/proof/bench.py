@@ -2,7 +2,11 @@
 
 Both servers run from the same binary at the same time and take turns, workload by
 workload, so drift on a shared machine hits both alike. The plain server is the recipe's
-command with its speculative flags removed. Before the workloads, the cost model times the
+command with its speculative flags removed. Every speculative sample is a first exposure:
+its server is started afresh for it (llama-server has no request that clears a speculative
+pool), so no repetition replays an answer the method has already seen. Methods that keep
+state across requests (`KEEPS_STATE`) get a second, labelled figure measured on purpose:
+the same workload again on the same server (warm). Before the workloads, the cost model times the
 target on batches (`costmodel`), so every workload's measured speedup comes with the one
 the machine's costs predict. Writes reports/bench-<name>-<artifact>.{json,md,png}.
 Speed is measured here, never asserted in tests.
@@ -19,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -31,9 +36,14 @@ from llamaspec.proof import costmodel
 from llamaspec.proof.client import Server, running, server_help
 from llamaspec.proof.workloads import WORKLOADS, Workload
 
+# Speculative methods whose state outlives a request (the n-gram pool of ngram-mod, the
+# lookup cache of ngram-cache, the key map of ngram-map-k/-k4v): a second request with the
+# same prompt drafts from the first one's answer.
+KEEPS_STATE = frozenset({"ngram-mod", "ngram-cache", "ngram-map-k", "ngram-map-k4v"})
+
 # Speculative flags: every dialect's (`dialects.SPEC_FLAGS` take one value,
-# `dialects.SPEC_SWITCHES` none), and any other `--spec-*` option with its value (the n-gram
-# size knobs that recipes and tune pass as server extras).
+# `dialects.SPEC_SWITCHES` none), and any other `--spec-*` option (the n-gram size knobs
+# that recipes and tune pass as server extras), with the next argument where that is a value.
 _SPEC_PREFIX = "--spec-"
 # The cost model's prefix and the tokens appended to it in the batch timings.
 _COST_PREFIX = (
@@ -49,22 +59,32 @@ _COST_EXTRA = (
 
 
 def split_spec(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(argv without speculation, the speculative flags with their values)."""
+    """(argv without speculation, the speculative flags with their values).
+
+    A known flag takes one value (`dialects.SPEC_FLAGS`) or none (`SPEC_SWITCHES`); any other
+    `--spec-*` option takes the next argument unless that is an option itself (starts with
+    `-` and is not a number): llama-server has no positional arguments, so an argument that
+    is not an option is always the value of the one before. `--flag=value` is one argument."""
     plain: list[str] = []
     spec: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg in dialects.SPEC_SWITCHES:
-            spec.append(arg)
+        name, joined, _ = arg.partition("=")
+        one = joined and (name in dialects.SPEC_FLAGS or name.startswith(_SPEC_PREFIX))
+        if one or arg in dialects.SPEC_SWITCHES:
+            n = 1
+        elif arg in dialects.SPEC_FLAGS:
+            n = 2
+        elif arg.startswith(_SPEC_PREFIX):
+            value = argv[i + 1] if i + 1 < len(argv) else "-"
+            n = 2 if not value.startswith("-") or dialects.is_number(value) else 1
+        else:
+            plain.append(arg)
             i += 1
             continue
-        if arg in dialects.SPEC_FLAGS or arg.startswith(_SPEC_PREFIX):
-            spec += list(argv[i : i + 2])
-            i += 2
-            continue
-        plain.append(arg)
-        i += 1
+        spec += list(argv[i : i + n])
+        i += n
     return plain, spec
 
 
@@ -151,7 +171,8 @@ class Cell:
     workload: str
     concurrency: int
     plain: list[Sample] = field(default_factory=list)
-    spec: list[Sample] = field(default_factory=list)
+    spec: list[Sample] = field(default_factory=list)  # first exposure, a fresh server each
+    warm: list[Sample] = field(default_factory=list)  # the same workload again (KEEPS_STATE)
     summary: dict = field(default_factory=dict)
 
 
@@ -244,6 +265,22 @@ def summarize(
     if costs and has_counters and cell.concurrency == 1:
         expected = costmodel.expected_speedup(tokens, c, costs, draft_cost)
     ratio = speedup / expected if expected else None
+    warm: dict[str, Any] = {}
+    if cell.warm:
+        wc = _counters(cell.warm)
+        wtps = statistics.median(s.tokens_per_second for s in cell.warm)
+        wexp = None
+        if costs and has_counters and cell.concurrency == 1:
+            wtokens = sum(s.tokens for s in cell.warm)
+            wexp = costmodel.expected_speedup(wtokens, wc, costs, draft_cost)
+        warm = {
+            "warm_spec_tps_median": round(wtps, 2),
+            "warm_spec_tps_spread": _spread(cell.warm),
+            "warm_speedup": round(wtps / plain, 3) if plain else 0.0,
+            "warm_acceptance": round(wc.accepted / wc.drafted, 4) if wc.drafted else 0.0,
+            "warm_mean_accepted_length": round(wc.accepted / wc.drafts, 3) if wc.drafts else None,
+            "warm_expected_speedup": round(wexp, 3) if wexp else None,
+        }
     return {
         "plain_tps_median": round(plain, 2),
         "spec_tps_median": round(spec, 2),
@@ -264,6 +301,7 @@ def summarize(
         if cell.concurrency == 1
         else "Several slots batch their steps together; the single-client cost model does "
         "not apply.",
+        **warm,
     }
 
 
@@ -294,7 +332,8 @@ def bench(
     logs = out_dir / f"bench-{p.name}-{artifact.id}-logs"
     has_ngram_only = all(t.startswith("ngram") for t in p.types)
     levels = sorted(set(concurrency))
-    steps = len(levels) * repetitions * len(workloads) * 2
+    keeps_state = sorted(KEEPS_STATE & set(p.types))
+    steps = len(levels) * repetitions * len(workloads) * (3 if keeps_state else 2)
     help_text = server_help(artifact.server)
     dialect = dialects.dialect_for(artifact, lambda _m: None)
     verify_steps = cost_model and dialects.synthetic_steps(dialect, help_text, 1) is not None
@@ -348,18 +387,24 @@ def bench(
                         commands["cost model, verification steps of k tokens"] = shown(
                             [*base, *synth]
                         )
-            with (
-                running(artifact.server, plain_args, logs / f"plain-np{c}.log") as plain_srv,
-                running(artifact.server, spec_args, logs / f"spec-np{c}.log") as spec_srv,
-            ):
+            with running(artifact.server, plain_args, logs / f"plain-np{c}.log") as plain_srv:
                 for rep in range(repetitions):
                     for w in workloads:
-                        for mode, srv in (("plain", plain_srv), ("spec", spec_srv)):
-                            bar.update(task, description=f"{w.name} ×{c} {mode} ({rep + 1})")
-                            sample = run(srv, w, c)
-                            getattr(cells[(w.name, c)], mode).append(sample)
+                        cell = cells[(w.name, c)]
+                        bar.update(task, description=f"{w.name} ×{c} plain ({rep + 1})")
+                        cell.plain.append(run(plain_srv, w, c))
+                        bar.advance(task)
+                        # a fresh speculative server: this sample is its first exposure
+                        log = logs / f"spec-np{c}.log"
+                        with running(artifact.server, spec_args, log) as spec_srv:
+                            bar.update(task, description=f"{w.name} ×{c} spec ({rep + 1})")
+                            cell.spec.append(run(spec_srv, w, c))
                             bar.advance(task)
-                has_counters = has_counters or costmodel.counters(spec_srv).available
+                            if keeps_state:
+                                bar.update(task, description=f"{w.name} ×{c} warm ({rep + 1})")
+                                cell.warm.append(run(spec_srv, w, c))
+                                bar.advance(task)
+                            has_counters = has_counters or costmodel.counters(spec_srv).available
     for cell in cells.values():
         cell.summary = summarize(
             cell,
@@ -384,6 +429,14 @@ def bench(
         "models": {"target": p.target.name, "draft": p.draft.name if p.draft else None},
         "repetitions": repetitions,
         "concurrency": levels,
+        "exposure": "first: the speculative server is restarted before every sample"
+        + (
+            f"; warm: the same workload again on that server ({', '.join(keeps_state)} keep "
+            "state across requests)"
+            if keeps_state
+            else ""
+        ),
+        "keeps_state": keeps_state,
         "workloads": [asdict(cell) for cell in cells.values()],
         "cost_model": costmodel.summary(costs, draft_cost, bandwidth, model_bytes)
         if costs
@@ -441,6 +494,17 @@ HEAD = (
     "expected",
     "measured/expected",
 )
+_NO_EXPOSURE = "not recorded (a report from before first-exposure runs)"
+# Where the method keeps state across requests: the same workload again on the same server.
+WARM_HEAD = ("warm speedup", "warm acc. per draft", "warm expected")
+
+
+def head(report: dict) -> tuple[str, ...]:
+    return HEAD + WARM_HEAD if report.get("keeps_state") else HEAD
+
+
+def _x(value: float | None, fmt: str = ".2f", unit: str = "") -> str:
+    return "—" if value is None else f"{value:{fmt}}{unit}"
 
 
 def rows(report: dict) -> list[tuple[str, ...]]:
@@ -448,22 +512,25 @@ def rows(report: dict) -> list[tuple[str, ...]]:
     for w in report["workloads"]:
         s = w["summary"]
         pspread, sspread = s["plain_tps_spread"], s["spec_tps_spread"]
-        out.append(
-            (
-                w["workload"],
-                str(w["concurrency"]),
-                f"{s['plain_tps_median']:.1f} ({pspread[0]:.0f}–{pspread[1]:.0f})",
-                f"{s['spec_tps_median']:.1f} ({sspread[0]:.0f}–{sspread[1]:.0f})",
-                f"{s['speedup']:.2f}×",
-                str(s["drafted"]),
-                str(s["accepted"]),
-                "—" if s["mean_accepted_length"] is None else f"{s['mean_accepted_length']:.2f}",
-                "—" if s["expected_speedup"] is None else f"{s['expected_speedup']:.2f}×",
-                "—"
-                if s["measured_over_expected"] is None
-                else f"{s['measured_over_expected']:.2f}",
-            )
+        row = (
+            w["workload"],
+            str(w["concurrency"]),
+            f"{s['plain_tps_median']:.1f} ({pspread[0]:.0f}–{pspread[1]:.0f})",
+            f"{s['spec_tps_median']:.1f} ({sspread[0]:.0f}–{sspread[1]:.0f})",
+            f"{s['speedup']:.2f}×",
+            str(s["drafted"]),
+            str(s["accepted"]),
+            _x(s["mean_accepted_length"]),
+            _x(s["expected_speedup"], unit="×"),
+            _x(s["measured_over_expected"]),
         )
+        if report.get("keeps_state"):
+            row += (
+                _x(s.get("warm_speedup"), unit="×"),
+                _x(s.get("warm_mean_accepted_length")),
+                _x(s.get("warm_expected_speedup"), unit="×"),
+            )
+        out.append(row)
     return out
 
 
@@ -480,12 +547,18 @@ def markdown(report: dict) -> str:
         + (f", draft {report['models']['draft']}" if report["models"]["draft"] else ""),
         f"- medians of {report['repetitions']} repetitions (spread: min–max); tokens/s is "
         "decode speed summed over clients; exact token budgets (EOS ignored), greedy",
+        f"- exposure: {report.get('exposure', _NO_EXPOSURE)}"
+        + (
+            "; the headline speedup is first exposure, the warm columns are a prompt seen before"
+            if report.get("keeps_state")
+            else ""
+        ),
         "",
         "Commands (same binary, run side by side):",
         "",
     ]
     md += [f"- {what}: `{cmd}`" for what, cmd in report["commands"].items()]
-    md += ["", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    md += ["", "| " + " | ".join(head(report)) + " |", "|" + "---|" * len(head(report))]
     md += ["| " + " | ".join(r) + " |" for r in rows(report)]
     cm = report.get("cost_model")
     if cm:
@@ -533,7 +606,7 @@ def write(report: dict, out_dir: Path, console: Console, stem_name: str | None =
     stem.with_suffix(".md").write_text(markdown(report))
     plotted = plot(report, stem.with_suffix(".png"))
     table = Table(title=f"bench: {report['recipe']} ({report['artifact_id']})")
-    for h in HEAD:
+    for h in head(report):
         table.add_column(h)
     for r in rows(report):
         table.add_row(*r)
@@ -565,7 +638,18 @@ def plot(report: dict, path: Path) -> bool:
             [x + i * width for x in xs],
             [by[(n, c)]["speedup"] for n in names],
             width=width,
-            label=f"measured, {c} client{'s' if c > 1 else ''}",
+            label=f"first exposure, {c} client{'s' if c > 1 else ''}",
+        )
+    warm = [by.get((n, min(levels)), {}).get("warm_speedup") or 0 for n in names]
+    if any(warm):
+        ax.scatter(
+            [x + (len(levels) - 1) * width / 2 for x in xs],
+            warm,
+            marker="_",
+            s=400,
+            color="black",
+            label=f"warm (same prompt again), {min(levels)} client(s)",
+            zorder=3,
         )
     expected = [by.get((n, 1), {}).get("expected_speedup") or 0 for n in names]
     if any(expected):

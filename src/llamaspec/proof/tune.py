@@ -4,11 +4,14 @@ Candidates are recipe variants: each spec type the binary offers (a draft model 
 pair has one, every n-gram type, stacked draft + n-gram where the dialect stacks, MTP
 where the model has heads), first at its defaults, then with its knobs moved (draft
 length, minimum draft, p-min, n-gram sizes). Each candidate must first pass verify's fast
-equivalence check (greedy output identical with and without it), then runs the workload
-mix once; the score is the geometric mean of its speedups over the plain server, measured
-in the same run. A state file beside the report keeps finished candidates, so an
-interrupted run resumes where it stopped. The winner is written as a recipe whose
-`measured:` says where, on what and when it was measured.
+equivalence check (greedy output identical with and without it; one that fails is shown as
+refused and never timed), then runs the workload mix once on a fresh server; the score is
+the geometric mean of its speedups over the plain server, measured in the same run. One
+timing of the best of many would favour luck (the winner's curse), so the best
+`SECOND_PASS` are timed again in a second pass, interleaved workload by workload, and the
+winner is chosen on both passes (the geometric mean of its two scores). A state file beside
+the report keeps finished work, so an interrupted run resumes where it stopped. The winner
+is written as a recipe whose `measured:` says where, on what and when it was measured.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError, did_you_mean
 from llamaspec.models import catalog, dialects, recipes
 from llamaspec.paths import project_root
-from llamaspec.proof import bench, workloads
+from llamaspec.proof import bench, verify, workloads
 from llamaspec.proof.client import Server, running
 
 # Knob values swept per spec type, in the order tried (defaults first).
@@ -46,6 +49,10 @@ NGRAM_MAP = ((12, 48), (6, 16), (4, 24), (8, 32), (3, 8))  # size-n, size-m
 AS_WRITTEN = "the recipe as written"
 # Seconds a candidate costs beyond its workload run: a server start and the fast check.
 CANDIDATE_OVERHEAD_S = 20.0
+# How many of the fastest candidates the second pass times again, and what a second-pass
+# timing costs beyond the mix itself (a fresh server per workload).
+SECOND_PASS = 3
+SECOND_PASS_START_S = 5.0
 
 
 # ---------------------------------------------------------------- recipes and models
@@ -294,6 +301,7 @@ class State:
     key: str
     baseline: dict[str, float] = field(default_factory=dict)  # workload → plain tok/s
     done: dict[str, dict] = field(default_factory=dict)  # candidate key → result
+    second: dict[str, dict] = field(default_factory=dict)  # candidate key → second timing
 
     @classmethod
     def load(cls, path: Path, key: str, fresh: bool = False) -> State:
@@ -305,12 +313,23 @@ class State:
             return cls(path, key)
         if raw.get("key") != key:
             return cls(path, key)  # another recipe, build or workload mix: start over
-        return cls(path, key, dict(raw.get("baseline", {})), dict(raw.get("done", {})))
+        return cls(
+            path,
+            key,
+            dict(raw.get("baseline", {})),
+            dict(raw.get("done", {})),
+            dict(raw.get("second", {})),
+        )
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        payload = {"key": self.key, "baseline": self.baseline, "done": self.done}
+        payload = {
+            "key": self.key,
+            "baseline": self.baseline,
+            "done": self.done,
+            "second": self.second,
+        }
         tmp.write_text(json.dumps(payload, indent=2) + "\n")
         os.replace(tmp, self.path)
 
@@ -324,27 +343,76 @@ def score(speedups: Mapping[str, float]) -> float:
 
 
 def best(done: Mapping[str, dict]) -> dict | None:
-    passed = [r for r in done.values() if r.get("passed")]
-    return max(passed, key=lambda r: r["score"], default=None)
+    """The winner: among candidates timed twice, the best over both passes."""
+    twice = [r for r in done.values() if r.get("passed") and r.get("final_score")]
+    return max(twice, key=lambda r: r["final_score"], default=None)
+
+
+def leaders(done: Mapping[str, dict], n: int = SECOND_PASS) -> list[str]:
+    """The keys of the `n` best first-pass scores: the second pass's candidates."""
+    passed = sorted(
+        ((k, r) for k, r in done.items() if r.get("passed")), key=lambda kr: -kr[1]["score"]
+    )
+    return [k for k, _ in passed[:n]]
+
+
+def both_passes(first: dict, second: Mapping[str, Any]) -> dict:
+    """A candidate's result with its second timing: both scores, their spread, the final."""
+    s1, s2 = float(first["score"]), float(second["score"])
+    return {
+        **first,
+        "speedups_pass2": dict(second["speedups"]),
+        "score_pass2": s2,
+        "spread": round(abs(s1 - s2), 4),
+        "final_score": round(math.sqrt(s1 * s2), 4) if s1 > 0 and s2 > 0 else 0.0,
+    }
+
+
+def second_pass_seconds(baseline_seconds: float, mix_size: int, n: int) -> float:
+    """What timing `n` candidates again costs: plain and speculative mix, fresh servers."""
+    return n * (baseline_seconds * 2.2 + mix_size * SECOND_PASS_START_S)
+
+
+def estimate(reports: Path, recipe: str) -> float | None:
+    """Seconds of one plain pass over a mix, from an earlier tune run of the recipe (any
+    build or mix), so a budget too small is refused before any baseline runs."""
+    for path in sorted(reports.glob(f"tune-{recipe}-*.state.json")):
+        try:
+            seconds = json.loads(path.read_text()).get("baseline", {}).get("_seconds")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(seconds, (int, float)) and seconds > 0:
+            return float(seconds)
+    return None
 
 
 def fits(elapsed: float, per_candidate: float, budget: float) -> bool:
     return elapsed + per_candidate <= budget
 
 
-def too_small(budget_minutes: float, spent: float, per_candidate: float) -> str:
-    """The refusal for a budget that cannot fit one candidate."""
+def too_small(
+    budget_minutes: float, spent: float, per_candidate: float, estimated: bool = False
+) -> str:
+    """The refusal for a budget that cannot fit one candidate (timed in both passes)."""
     need = math.ceil((spent + per_candidate) / 60 + 0.5)
+    went = (
+        f"the plain baseline takes about {spent:.0f} s (an earlier run's timing)"
+        if estimated
+        else f"{spent:.0f} s went to loading and the plain baseline"
+    )
     return (
-        f"A budget of {budget_minutes:g} min is too small for one candidate: {spent:.0f} s went "
-        f"to loading and the plain baseline, and one candidate needs about {per_candidate:.0f} s "
-        f"more. Pass --budget {need} or more (the baseline is kept and reused next time)."
+        f"A budget of {budget_minutes:g} min is too small for one candidate: {went}, and one "
+        f"candidate, timed in both passes, needs about {per_candidate:.0f} s more. Pass "
+        f"--budget {need} or more (the baseline is kept and reused next time)."
     )
 
 
 def _verdict(r: Mapping[str, Any]) -> str:
     if r.get("passed"):
         return "ok"
+    if r.get("refused"):
+        why = str(r.get("check") or "").replace("|", "/").replace("\n", " ")
+        return f"refused, not timed: {why[:120]}"
     why = str(r.get("check") or r.get("detail") or "").replace("|", "/").replace("\n", " ")
     return f"FAILED: {why[:120]}"
 
@@ -368,14 +436,6 @@ def check_model(target: Path, console: Console) -> tuple[Path, str]:
         )
         return target, f"{target.name} itself (no F32 reference copy)"
     return ref.path, f"the F32 reference copy of {target.name} (sha256 {ref.sha256[:16]}…)"
-
-
-def _fast_check(
-    artifact: Artifact, dialect: str, model: Path, spec_argv: list[str], console: Console
-):
-    from llamaspec.proof import verify
-
-    return verify.fast_check(artifact, dialect, model, spec_argv, console)
 
 
 def tune(
@@ -437,6 +497,12 @@ def tune(
     )
     logs = reports / f"{stem}-logs"
     per_candidate = None
+    known = None if "_seconds" in state.baseline else estimate(reports, recipe.name)
+    if known is not None:
+        # refuse a budget too small before the baseline runs, from an earlier run's timing
+        need = known * 2.2 + CANDIDATE_OVERHEAD_S + second_pass_seconds(known, len(mix), 1)
+        if not fits(time.monotonic() - started + known, need, budget):
+            raise LlamaspecError(too_small(budget_minutes, known, need, estimated=True))
     with bench.progress(console) as bar:
         task = bar.add_task("tune", total=len(cands))
         bar.advance(task, sum(1 for c in cands if c.key in state.done))
@@ -449,14 +515,21 @@ def tune(
                     state.baseline[w.name] = bench.run(plain_srv, w, 1).tokens_per_second
                 state.baseline["_seconds"] = time.monotonic() - t0
                 state.save()
-            # a candidate runs the mix twice (plain, then speculative) after its check
-            per_candidate = state.baseline["_seconds"] * 2.2 + CANDIDATE_OVERHEAD_S
+            # a candidate runs the mix twice (plain, then speculative) after its check, and
+            # the budget keeps room to time the leaders again
+            base_s = state.baseline["_seconds"]
+            per_candidate = base_s * 2.2 + CANDIDATE_OVERHEAD_S
+
+            def reserve() -> float:
+                n = min(SECOND_PASS, len(leaders(state.done)) + 1)
+                return second_pass_seconds(base_s, len(mix), n)
+
             todo = [c for c in cands if c.key not in state.done]
             spent = time.monotonic() - started
-            if todo and not fits(spent, per_candidate, budget):
-                raise LlamaspecError(too_small(budget_minutes, spent, per_candidate))
+            if todo and not fits(spent, per_candidate + reserve(), budget):
+                raise LlamaspecError(too_small(budget_minutes, spent, per_candidate + reserve()))
             for c in todo:
-                if not fits(time.monotonic() - started, per_candidate, budget):
+                if not fits(time.monotonic() - started, per_candidate + reserve(), budget):
                     left = sum(1 for x in todo if x.key not in state.done)
                     console.print(
                         f"tune: budget reached; {left} candidate(s) left untried (run again "
@@ -482,6 +555,19 @@ def tune(
                 )
                 state.save()
                 bar.advance(task)
+            again = [k for k in leaders(state.done) if k not in state.second]
+            if again:
+                bar.update(task, description=f"tune: second pass ({len(again)} leaders)")
+                by_key = {c.key: c for c in cands}
+                timed = _second_pass(
+                    artifact, recipe, engine, [by_key[k] for k in again if k in by_key],
+                    target, draft, dialect, help_text, mix, plain_srv, logs, console,
+                )  # fmt: skip
+                state.second.update(timed)
+                state.save()
+    for k in leaders(state.done):
+        if k in state.second:
+            state.done[k] = both_passes(state.done[k], state.second[k])
     winner = best(state.done)
     report = {**_report(artifact, recipe, mix, state, cands, winner), "checked_on": checked_what}
     md = _write_report(report, reports, stem)
@@ -494,7 +580,8 @@ def tune(
     path = write_recipe(artifact, recipe, engine, winner, cands, out_dir, md, mix)
     report["recipe_path"] = str(path)
     console.print(
-        f"tune: fastest is {winner['label']} (score {winner['score']:.2f}× over plain on "
+        f"tune: fastest is {winner['label']} (score {winner['score']:.2f}× in pass 1, "
+        f"{winner['score_pass2']:.2f}× in pass 2, {winner['final_score']:.2f}× over both, on "
         f"{', '.join(w.name for w in mix)}); wrote {path} and {md}"
     )
     return report
@@ -525,10 +612,10 @@ def _measure(
     except LlamaspecError as exc:
         return {**result, "passed": False, "score": 0.0, "detail": f"not rendered: {exc}"}
     result["spec_args"] = [bench.shown([a])[len("llama-server ") :] for a in p.spec_args]
-    check = _fast_check(artifact, dialect, checked_on, list(p.spec_args), console)
-    result["check"] = str(getattr(check, "detail", ""))
-    if not getattr(check, "passed", False):
-        return {**result, "passed": False, "score": 0.0}
+    check = verify.fast_check(artifact, dialect, checked_on, list(p.spec_args), console)
+    result["check"] = check.detail
+    if not check.passed:
+        return {**result, "passed": False, "refused": True, "score": 0.0}
     args = [*bench.with_slots(p.plain_args, 1), *p.spec_args, "--metrics"]
     speedups, accepted = {}, {}
     with running(artifact.server, args, logs / f"candidate-{index}.log") as srv:
@@ -544,6 +631,39 @@ def _measure(
         "accepted_drafted": accepted,
         "score": round(score(speedups), 4),
     }
+
+
+def _second_pass(
+    artifact: Artifact,
+    recipe: config.Recipe,
+    engine: str,
+    leading: Sequence[Candidate],
+    target: Path,
+    draft: Path | None,
+    dialect: str,
+    help_text: str,
+    mix: Sequence[workloads.Workload],
+    plain_srv: Server,
+    logs: Path,
+    console: Console,
+) -> dict[str, dict]:
+    """Time the leaders again, interleaved: workload by workload, each leader in turn on a
+    fresh server (its first exposure to that prompt) right after a plain run."""
+    argv = {}
+    for c in leading:
+        p = recipe_plan(
+            artifact, apply(recipe, engine, c), target, draft, console,
+            dialect=dialect, help_text=help_text,
+        )  # fmt: skip
+        argv[c.key] = [*bench.with_slots(p.plain_args, 1), *p.spec_args, "--metrics"]
+    speedups: dict[str, dict[str, float]] = {k: {} for k in argv}
+    for w in mix:
+        for i, (k, args) in enumerate(argv.items()):
+            plain = bench.run(plain_srv, w, 1).tokens_per_second
+            with running(artifact.server, args, logs / f"second-pass-{i}.log") as srv:
+                s = bench.run(srv, w, 1)
+            speedups[k][w.name] = round(s.tokens_per_second / plain, 3) if plain else 0.0
+    return {k: {"speedups": sp, "score": round(score(sp), 4)} for k, sp in speedups.items()}
 
 
 def _report(
@@ -582,22 +702,44 @@ def _write_report(report: dict, reports: Path, stem: str) -> Path:
         + ", ".join(f"{k} {v}" for k, v in report["plain_tps"].items()),
         f"- {len(report['results'])} of {report['candidates_total']} candidates measured; score "
         "= geometric mean of the speedups; each candidate passed verify's fast equivalence "
-        f"check (on {report.get('checked_on', 'the target')}) before it was timed, then ran "
-        "each workload right after the plain server did",
+        f"check (on {report.get('checked_on', 'the target')}) before it was timed (one that "
+        "failed is refused and never timed), then ran each workload on a fresh server right "
+        "after the plain server did",
+        f"- second pass: the {SECOND_PASS} best were timed again, interleaved workload by "
+        "workload; the winner has the best final score (geometric mean of both passes); "
+        "spread = |pass 1 − pass 2|",
         "",
-        "| candidate | speculative flags | check | " + " | ".join(names) + " | score |",
-        "|---|---|---|" + "---|" * len(names) + "---|",
+        "| candidate | speculative flags | check | "
+        + " | ".join(names)
+        + " | score | pass 2 | spread | final |",
+        "|---|---|---|" + "---|" * len(names) + "---|---|---|---|",
     ]
-    for r in sorted(report["results"], key=lambda r: -r["score"]):
-        sp = r.get("speedups", {})
+    order = sorted(report["results"], key=lambda r: (-r.get("final_score", 0.0), -r["score"]))
+    for r in order:
+        sp, sp2 = r.get("speedups", {}), r.get("speedups_pass2", {})
+        cells = [
+            f"{sp[n]:.2f}×" + (f" / {sp2[n]:.2f}×" if n in sp2 else "") if n in sp else "—"
+            for n in names
+        ]
+        twice = "score_pass2" in r
         md.append(
-            f"| {r['label']} | `{' '.join(r.get('spec_args', []))}` | "
-            f"{_verdict(r)} | "
-            + " | ".join(f"{sp[n]:.2f}×" if n in sp else "—" for n in names)
-            + f" | {r['score']:.2f}× |"
+            f"| {r['label']} | `{' '.join(r.get('spec_args', []))}` | {_verdict(r)} | "
+            + " | ".join(cells)
+            + f" | {r['score']:.2f}× | "
+            + (
+                f"{r['score_pass2']:.2f}× | {r['spread']:.2f} | **{r['final_score']:.2f}×** |"
+                if twice
+                else "— | — | — |"
+            )
         )
     if report["winner"]:
-        md += ["", f"Fastest: **{report['winner']['label']}**."]
+        w = report["winner"]
+        md += [
+            "",
+            f"Fastest over both passes: **{w['label']}** (pass 1 {w['score']:.2f}×, pass 2 "
+            f"{w['score_pass2']:.2f}×, final {w['final_score']:.2f}×). Where two cells show "
+            "two figures, they are pass 1 / pass 2.",
+        ]
     path = reports / f"{stem}.md"
     path.write_text("\n".join(md) + "\n")
     return path
@@ -626,7 +768,11 @@ def write_recipe(
     name = f"{recipe.name}-tuned"
     tuned = apply(recipe, engine, c, name=name)
     m = artifact.manifest
-    speedups = ", ".join(f"{k} {v:.2f}x" for k, v in winner["speedups"].items())
+    second = winner.get("speedups_pass2", {})
+    speedups = ", ".join(
+        f"{k} {v:.2f}x" + (f"/{second[k]:.2f}x" if k in second else "")
+        for k, v in winner["speedups"].items()
+    )
     data: dict[str, Any] = {
         "pair": tuned.pair,
         "description": f"{recipe.name} tuned by `llamaspec tune` for "
@@ -646,7 +792,8 @@ def write_recipe(
         "engine": f"{engine} {str(m.get('commit') or 'local')[:12]} ({m.get('backend', 'cpu')})",
         "artifact": artifact.id,
         "date": dt.date.today().isoformat(),
-        "result": f"{speedups} over plain (score {winner['score']:.2f}x)",
+        "result": f"{speedups} over plain in passes 1/2 (score {winner['final_score']:.2f}x "
+        "over both)",
         "report": _relative(report_md),
     }
     config.parse(config.Recipe, {"name": name, **data}, f"the tuned recipe {name}")
