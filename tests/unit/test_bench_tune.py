@@ -338,7 +338,7 @@ def test_the_report_says_what_priced_the_steps() -> None:
     from llamaspec.proof import bench
 
     report = json.loads(
-        (ROOT / "reports" / "bench-gemma3-270m-ngram-llamacpp-cpu-2a65556682b3.json").read_text()
+        (ROOT / "reports" / "bench-gemma3-270m-ngram-llamacpp-cpu-9036434bcbf5.json").read_text()
     )
     report["cost_model"]["verify_ratio"] = {}
     assert "the prediction prices steps with the prompt batches above" in bench.markdown(report)
@@ -393,3 +393,20 @@ def test_a_candidate_that_fails_the_fast_check_is_refused_and_never_timed(
     assert r["refused"] and not r["passed"] and "speedups" not in r and r["score"] == 0.0
     assert tune._verdict(r) == "refused, not timed: code: first difference at token 3"
     assert tune.leaders({"x": r}) == []
+
+
+def test_bench_server_args_go_to_both_servers_and_must_be_known(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from llamaspec.cli import bench as cli_bench
+    from llamaspec.engine.build import Artifact
+    from llamaspec.models import dialects
+
+    monkeypatch.setattr(dialects, "server_help", lambda _b: "-fa, --flash-attn [on|off]\n")
+    art = Artifact("llamacpp-cpu-0123456789ab", tmp_path, {}, False)
+    plan = bench.BenchPlan("r", ("-m", "t.gguf"), ("--spec-type", "ngram-mod"), ("ngram-mod",),
+                           tmp_path / "t.gguf", None, 17)  # fmt: skip
+    out = cli_bench._with_server_args(plan, ["-fa", "off"], art)
+    assert out.plain_args == ("-m", "t.gguf", "-fa", "off") and out.spec_args == plan.spec_args
+    with pytest.raises(LlamaspecError, match="has no option -fx. Did you mean '-fa'"):
+        cli_bench._with_server_args(plan, ["-fx", "off"], art)

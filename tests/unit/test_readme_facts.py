@@ -9,8 +9,8 @@ divisor, and the figure as README shows it:
 
 The figure must stand in the text between the previous marker (or the start of its paragraph
 or table row) and the marker. A number is compared with the report's value, divided and
-rounded half-up to the figure's decimals (`,` groups thousands); anything else as text, where
-`…` stands for the middle (`c052b6c4…0abc7`).
+rounded half-up (or as the reports' Markdown rounds) to the figure's decimals (`,` groups
+thousands); anything else as text, where `…` stands for the middle (`c052b6c4…0abc7`).
 """
 
 from __future__ import annotations
@@ -229,6 +229,10 @@ def shown(value, figure: str, scale: str | None) -> str:
     if NUMBER.fullmatch(figure):
         unit = Decimal(1).scaleb(Decimal(figure.replace(",", "")).as_tuple().exponent)
         number = (Decimal(str(value)) / Decimal(scale or 1)).quantize(unit, ROUND_HALF_UP)
+        # the reports' own Markdown rounds as Python formats floats (1.505 → 1.50)
+        decimals = max(0, -unit.as_tuple().exponent)
+        if figure.replace(",", "") == f"{float(value) / float(scale or 1):.{decimals}f}":
+            return figure
         return f"{number:,}" if "," in figure else str(number)
     text = json.dumps(value) if isinstance(value, bool) or value is None else str(value)
     head, elided, tail = figure.partition("…")

@@ -70,6 +70,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="clients at once (repeatable; default 1 and 4)",
     )
     b.add_argument("--no-cost-model", action="store_true", help="skip the cost model")
+    b.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more llama-server argument for both servers (repeatable; write values as "
+        "--server-arg=-fa --server-arg=off); the report's name gains them",
+    )
     t = sub.add_parser("tune", help="sweep spec types and knobs; write the fastest as a recipe")
     t.add_argument("recipe", nargs="?", default=DEFAULT_RECIPE, help="the recipe to start from")
     _common(t)
@@ -170,6 +178,11 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     from llamaspec.proof import bench
 
     p = _bench_plan(args, artifact, console)
+    stem = None
+    if args.server_arg:
+        p = _with_server_args(p, args.server_arg, artifact)
+        slug = "-".join(a.lstrip("-") for a in args.server_arg)
+        stem = f"bench-{p.name}-{artifact.id}-{''.join(c if c.isalnum() else '-' for c in slug)}"
     bench.bench(
         artifact,
         p,
@@ -179,8 +192,29 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         concurrency=args.concurrency or (1, 4),
         repetitions=args.repetitions,
         cost_model=not args.no_cost_model,
+        stem=stem,
     )
     return True
+
+
+def _with_server_args(p: BenchPlan, extra: list[str], artifact: Artifact) -> BenchPlan:
+    """`p` with `extra` on both servers; each option must be one the binary's --help lists."""
+    from dataclasses import replace
+
+    from llamaspec.errors import LlamaspecError, did_you_mean
+    from llamaspec.models import dialects
+
+    known = dialects.help_flags(dialects.server_help(artifact.server))
+    for a in extra:
+        if a.startswith("-") and not a.lstrip("-").replace(".", "").isdigit():
+            flag = a.split("=", 1)[0]
+            if flag not in known:
+                raise LlamaspecError(
+                    f"--server-arg {a}: {artifact.id}'s llama-server has no option {flag}."
+                    f"{did_you_mean(flag, sorted(known))} Pass options its --help lists, one "
+                    "word per --server-arg (e.g. --server-arg=-fa --server-arg=off)."
+                )
+    return replace(p, plain_args=(*p.plain_args, *extra))
 
 
 def _bench_plan(args: argparse.Namespace, artifact: Artifact, console: Console) -> BenchPlan:
