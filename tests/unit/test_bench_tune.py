@@ -410,3 +410,20 @@ def test_bench_server_args_go_to_both_servers_and_must_be_known(
     assert out.plain_args == ("-m", "t.gguf", "-fa", "off") and out.spec_args == plan.spec_args
     with pytest.raises(LlamaspecError, match="has no option -fx. Did you mean '-fa'"):
         cli_bench._with_server_args(plan, ["-fx", "off"], art)
+
+
+def test_host_bandwidth_bounds_only_a_cpu_report() -> None:
+    from llamaspec.proof import bench, costmodel
+
+    report = json.loads(
+        (ROOT / "reports" / "bench-gemma3-270m-ngram-llamacpp-cpu-9036434bcbf5.json").read_text()
+    )
+    assert "→ plain-decoding limit" in bench.markdown(report)
+    costs = costmodel.BatchCosts(batch_ms={1: 2.0}, decode_ms=2.0, prefix_tokens=37)
+    summary = costmodel.summary(costs, 0.0, 0.0, 253_000_000)
+    assert summary["memory_bandwidth_gb_s"] is None and summary["plain_decode_limit_tps"] is None
+    report["backend"] = "cuda"
+    report["cost_model"].update(memory_bandwidth_gb_s=None, plain_decode_limit_tps=None)
+    md = bench.markdown(report)
+    assert "plain-decoding limit: not estimated (cuda backend" in md
+    assert "→ plain-decoding limit" not in md

@@ -413,7 +413,9 @@ def bench(
             has_counters,
             by_steps=bool(costs and costs.verify_ms),
         )
-    bandwidth = costmodel.memory_bandwidth() if cost_model else 0.0
+    # host memory bounds plain decoding only where the weights live in it: the CPU backend
+    on_host = artifact.manifest.get("backend") == "cpu"
+    bandwidth = costmodel.memory_bandwidth() if cost_model and on_host else 0.0
     model_bytes = _model_bytes(p.target)
     report = {
         "recipe": p.name,
@@ -583,7 +585,10 @@ def markdown(report: dict) -> str:
             f"target decode: {cm['draft_cost_ratio']}",
             f"- memory bandwidth (numpy copy): {cm['memory_bandwidth_gb_s']} GB/s; target "
             f"{cm['model_bytes'] / 1e6:.0f} MB → plain-decoding limit "
-            f"{cm['plain_decode_limit_tps']} tok/s",
+            f"{cm['plain_decode_limit_tps']} tok/s"
+            if cm.get("memory_bandwidth_gb_s")
+            else f"- plain-decoding limit: not estimated ({report.get('backend')} backend: the "
+            "weights are in device memory, whose bandwidth this bench does not measure)",
             "",
             "| workload | acceptance by draft position | accepted-length histogram | "
             "where the rest goes |",

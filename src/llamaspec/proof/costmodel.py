@@ -404,7 +404,10 @@ def summary(costs: BatchCosts, draft_cost: float, bandwidth: float, model_bytes:
         "decode_ms_per_token": round(costs.decode_ms, 3),
         "prefix_tokens": costs.prefix_tokens,
         "draft_cost_ratio": round(draft_cost, 4),
-        "memory_bandwidth_gb_s": round(bandwidth / 1e9, 2),
+        # None where host bandwidth was not measured (a GPU backend: it bounds nothing there)
+        "memory_bandwidth_gb_s": round(bandwidth / 1e9, 2) if bandwidth > 0 else None,
         "model_bytes": model_bytes,
-        "plain_decode_limit_tps": round(decode_limit(model_bytes, bandwidth), 1),
+        "plain_decode_limit_tps": round(decode_limit(model_bytes, bandwidth), 1)
+        if bandwidth > 0
+        else None,
     }
