@@ -74,6 +74,8 @@ def test_oracle_tier_for_a_recipe_on_the_quantized_model(upstream_artifact, tmp_
     assert rep["determinism"] == ["--no-kv-unified", "-fa", "off"]
     env = rep["envelope"]
     assert {"sequential", "parallel slots", "micro-batch 4"} <= set(env["by_config"])
+    # the plain server under the recipe's own flags is part of the envelope the own rows meet
+    assert {"own flags, sequential", "own flags, parallel slots"} <= set(env["by_config"])
     det, own = rep["methods"]
     assert (det["flags"], own["flags"]) == ("determinism", "own")
     assert "ngram-mod" in " ".join(det["argv"]) and own["argv"] == det["argv"]

@@ -59,7 +59,8 @@ def test_a_difference_under_the_recipes_own_flags_within_the_envelope_passes() -
     assert "## Recipe's own flags vs determinism flags" in md
     assert "determinism flags `--no-kv-unified -fa off`" in md
     # only the own-flags rows are counted, against the same envelope
-    assert "(0.25 nats): 1 of 2 outputs identical, 1 within the envelope (largest gap 0.013" in md
+    assert "(0.25 nats): 1 of 2 outputs identical, 1 within the envelope, 0 over it" in md
+    assert "over it; the largest per-token gap 0.013 nats." in md
     assert "stays within the envelope" in md and "Result: PASSED" in md
     assert "- tuned (recipe's own flags): `--spec-type ngram-simple` (without the" in md
     s = r.to_json()["own_flags"]

@@ -579,22 +579,30 @@ def measure_envelope(
     orc: oracle_mod.Oracle,
     logs: Path,
     say: Say,
+    own: Setup | None = None,
 ) -> Envelope:
-    """The plain output's own largest gap: no speculation, shape-only configurations."""
-    configs: list[tuple[str, list[str], bool]] = [
-        ("sequential", [], False),
-        ("parallel slots", [], True),
-        ("micro-batch 4", ["-ub", "4"], False),
-        ("micro-batch 16", ["-ub", "16"], False),
+    """The plain output's own largest gap: no speculation, shape-only configurations; with
+    `own` (a recipe's own flags), also the plain server under those flags, one request at a
+    time and on parallel slots, so what the defaults change without speculation is inside."""
+    configs: list[tuple[str, list[str], bool, Setup]] = [
+        ("sequential", [], False, setup),
+        ("parallel slots", [], True, setup),
+        ("micro-batch 4", ["-ub", "4"], False, setup),
+        ("micro-batch 16", ["-ub", "16"], False, setup),
     ]
     if takes_fa_value(help_text):
-        configs.append(("flash attention on", ["-fa", "on"], False))
+        configs.append(("flash attention on", ["-fa", "on"], False, setup))
+    if own is not None:
+        configs += [
+            ("own flags, sequential", [], False, own),
+            ("own flags, parallel slots", [], True, own),
+        ]
     env = Envelope([c[0] for c in configs], 0.0)
-    for name, extra, parallel in configs:
+    for name, extra, parallel, where in configs:
         say(f"verify: oracle: envelope: {name}")
-        log = logs / f"envelope-{name.replace(' ', '-')}.log"
+        log = logs / f"envelope-{name.replace(' ', '-').replace(',', '')}.log"
         try:
-            with running(artifact.server, [*setup.base, *extra], log) as srv:
+            with running(artifact.server, [*where.base, *extra], log) as srv:
                 outs = run_prompts(srv, setup.prompts, parallel)
         except LlamaspecError as exc:
             # An engine that crashes under a configuration the suite does not depend on is
@@ -653,7 +661,8 @@ def oracle_tier(
                 "--target, `--tier strict` for the built-in models)."
             )
         orc = oracle_mod.Oracle(osrv)
-        env = measure_envelope(artifact, setup, help_text, orc, logs, console.print)
+        own_setup = setup.server_defaults() if own is not None else None
+        env = measure_envelope(artifact, setup, help_text, orc, logs, console.print, own_setup)
         console.print(f"verify: oracle: envelope {env.max_gap:.3f} nats {env.by_config}")
 
         def judge(case: Case, p: Prompt, s: Completion) -> None:
@@ -922,10 +931,9 @@ def own_flags_lines(report: VerifyReport) -> list[str]:
         "server's defaults for the rest, no determinism flags. Against the same reference "
         "and envelope "
         f"({s['envelope']} nats): {s['identical']} of {s['outputs']} outputs identical, "
-        f"{s['within_envelope']} within the envelope (largest gap {s['max_gap']} nats), "
-        f"{s['over_envelope']} over it"
+        f"{s['within_envelope']} within the envelope, {s['over_envelope']} over it"
         + (f", {s['other_failures']} cut short or failed otherwise" if s["other_failures"] else "")
-        + ".",
+        + f"; the largest per-token gap {s['max_gap']} nats.",
         "",
         verdict,
     ]
