@@ -3,7 +3,9 @@ through the real CLI and the real `huggingface_hub` client (HF_ENDPOINT)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,10 +52,10 @@ class Env:
             yaml.safe_dump({"models": self.models, "pairs": self.pairs})
         )
 
-    def cli(self, *args: str, **env: str) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, pre: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess:
         self.write()
         return subprocess.run(
-            [sys.executable, "-m", "llamaspec.cli", *args],
+            [*pre, sys.executable, "-m", "llamaspec.cli", *args],
             cwd=self.root,
             capture_output=True,
             text=True,
@@ -362,3 +364,64 @@ def test_a_changed_cached_file_is_not_used_until_pulled_again(env: Env, tmp_path
     again = env.cli("models", "check", "p")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "target-q8_0.gguf (range read)" in " ".join(again.stdout.split())
+
+
+# a network namespace of its own, loopback up (the servers bench starts listen there) and no
+# other interface: the hub this test runs is not reachable from inside, nor is anything else
+OFFLINE = ("unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "offline")
+
+
+def test_a_pulled_pair_serves_benches_and_pulls_offline(
+    env: Env, tmp_path: Path, gemma_path: Path, upstream_artifact
+) -> None:
+    """A pair pulled and verified once is used with no network at all (a network namespace
+    without one) and with HF_HUB_OFFLINE=1; a pair that is not in the cache, offline, is one
+    paragraph that says what to do."""
+    env.hub.add("org/gemma-GGUF", "gemma-3-270m-q4_k_m.gguf", gemma_path)
+    env.models["g"] = _model("org/gemma-GGUF", "gemma-3-270m-q4_k_m.gguf", tokenizer="gemma3")
+    env.pairs["g-ngram"] = {"target": "g", "spec": "ngram"}
+    (env.root / "engines.yaml").write_text((ROOT / "engines.yaml").read_text())
+    shutil.copytree(ROOT / "patches", env.root / "patches")
+    (env.root / "recipes").mkdir()
+    (env.root / "recipes" / "g-ngram.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "pair": "g-ngram",
+                "description": "the hub's Gemma with ngram-mod",
+                "spec": {"types": ["ngram-mod"]},
+                "server": {"ctx": 4096, "parallel": 1},
+            }
+        )
+    )
+    assert env.cli("models", "pull", "g-ngram").returncode == 0
+    asked = len(env.hub.log)
+    art = ["--artifact", upstream_artifact.id, "--dist", str(upstream_artifact.path.parent)]
+
+    pull = env.cli("models", "pull", "g-ngram", pre=OFFLINE)
+    assert pull.returncode == 0, pull.stdout + pull.stderr
+    assert "g ok (verified in the cache)" in pull.stdout
+    show = env.cli("recipe", "show", "g-ngram", *art, pre=OFFLINE)
+    assert show.returncode == 0 and "--spec-type ngram-mod" in show.stdout, show.stderr
+    assert "snapshots" in show.stdout  # the cached file's path, not a download
+    bench = env.cli(
+        "bench", "g-ngram", *art, "--workload", "copy", "--repetitions", "1",
+        "--concurrency", "1", "--no-cost-model", "--reports", str(tmp_path / "reports"),
+        pre=OFFLINE,
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    stem = f"bench-g-ngram-{upstream_artifact.id}.json"
+    report = json.loads((tmp_path / "reports" / stem).read_text())
+    assert report["workloads"][0]["summary"]["spec_tps_median"] > 0
+    flagged = env.cli("models", "pull", "g-ngram", HF_HUB_OFFLINE="1")
+    assert flagged.returncode == 0, flagged.stdout + flagged.stderr
+    assert len(env.hub.log) == asked  # not one request, in or out of the namespace
+
+    # a pair never pulled: offline it is one paragraph, with either kind of offline
+    _pair(env, tmp_path)
+    for pre, extra, says in (
+        ((), {"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set and org/target-GGUF/"),
+        (OFFLINE, {}, "Could not reach"),
+    ):
+        proc = env.cli("models", "pull", "p", pre=pre, **extra)
+        assert proc.returncode != 0 and says in proc.stderr, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 6

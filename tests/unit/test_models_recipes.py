@@ -633,3 +633,19 @@ def test_pull_into_a_local_dir_and_the_docker_line_that_mounts_it(tmp_path: Path
     text = " ".join(proc.stderr.split())
     assert proc.returncode == 2 and "lacks gemma-3-270m-q4_k_m.gguf" in text
     assert "models pull gemma3-270m-ngram --local-dir" in text
+
+
+def test_a_transport_error_of_any_client_is_one_paragraph() -> None:
+    from llamaspec.models import catalog, hub
+
+    model = catalog.ModelFile(repo="org/m-GGUF", file="m.gguf", tokenizer="t", license="mit")
+
+    class ConnectError(Exception):  # as a client llamaspec does not name would raise it
+        __module__ = "httpcore2._exceptions"
+
+    refused = r"Could not reach .* \(ConnectError: refused\)"
+    with pytest.raises(LlamaspecError, match=refused), hub.hub_errors(model, "m.gguf"):
+        raise ConnectError("refused")
+    # not a network error: not disguised as one
+    with pytest.raises(ValueError, match="a bug"), hub.hub_errors(model, "m.gguf"):
+        raise ValueError("a bug")

@@ -55,6 +55,16 @@ def local_files(model: ModelFile, locked: dict | None) -> list[Path] | None:
     return paths  # type: ignore[return-value]
 
 
+def verified_files(model: ModelFile, locked: dict | None) -> list[Path] | None:
+    """Every file of the model if each is in the cache and matches a sha256 llamaspec knows
+    (models.yaml or the lock); else None. Such a model is used without asking the hub."""
+    known = [
+        model.part_sha256(i) or ((locked or {}).get("sha256") or {}).get(part)
+        for i, part in enumerate(model.parts)
+    ]
+    return local_files(model, locked) if all(known) else None
+
+
 def tokenizer(
     model: ModelFile, console: Console, locked: dict | None, local: Path | None = None
 ) -> compat.TokenizerInfo:
@@ -145,6 +155,11 @@ def pull(models: ModelsFile, name: str, root: Path, console: Console) -> PairFil
         model = models.models[handle]
         if model.source == "embedded":
             paths[role] = embedded_model(console.print)
+            continue
+        cached = verified_files(model, lock["models"].get(handle))
+        if cached is not None:  # cache first: a verified pair needs no network at all
+            console.print(f"model: {handle} ok (verified in the cache) → {cached[0]}")
+            paths[role] = cached[0]
             continue
         got = hub.download(handle, model, lock["models"].get(handle), console)
         record = {

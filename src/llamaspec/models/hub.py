@@ -101,9 +101,14 @@ def hub_errors(model: ModelFile, filename: str) -> Iterator[None]:
             f"Repository {model.repo} was not found on {endpoint()} (or it is private and no "
             "valid HF_TOKEN is set). Check `repo` in models.yaml."
         ) from None
+    except hf_errors.OfflineModeIsEnabled:
+        raise LlamaspecError(
+            f"HF_HUB_OFFLINE is set and {where} is not in the cache, verified; llamaspec "
+            "asks the hub only for files it does not have. Unset HF_HUB_OFFLINE and run "
+            "`llamaspec models pull` once with a network, then run offline again."
+        ) from None
     except (
         hf_errors.LocalEntryNotFoundError,
-        hf_errors.OfflineModeIsEnabled,
         OSError,
         *TRANSPORT_ERRORS,
     ) as exc:
@@ -113,11 +118,27 @@ def hub_errors(model: ModelFile, filename: str) -> Iterator[None]:
                 f"{endpoint()} answered HTTP {status} for {where}: {exc.server_message or exc}. "
                 "Try again later, or check HF_ENDPOINT."
             ) from None
-        raise LlamaspecError(
-            f"Could not reach {endpoint()} to fetch {where} ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). Check the network or "
-            "HF_ENDPOINT; files already downloaded are used from the HF cache."
-        ) from None
+        raise _unreachable(where, exc) from None
+    except Exception as exc:
+        # a transport error of a client this code does not name (a new httpx major, say)
+        if type(exc).__module__.split(".")[0] not in NETWORK_MODULES:
+            raise
+        raise _unreachable(where, exc) from None
+
+
+# the modules whose exceptions mean the hub could not be reached
+NETWORK_MODULES = frozenset(
+    {"httpx", "httpx2", "httpcore", "httpcore2", "h11", "h2", "anyio", "ssl", "socket"}
+)
+
+
+def _unreachable(where: str, exc: BaseException) -> LlamaspecError:
+    detail = str(exc).splitlines()[0] if str(exc) else "no detail"
+    return LlamaspecError(
+        f"Could not reach {endpoint()} to fetch {where} ({type(exc).__name__}: {detail}). "
+        "Check the network or HF_ENDPOINT; a pair already pulled and verified is used from "
+        "the cache without the network."
+    )
 
 
 def remote_file(model: ModelFile, filename: str) -> RemoteFile:
