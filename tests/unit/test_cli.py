@@ -116,3 +116,22 @@ def test_inputs_are_checked_before_tools_are_looked_for(
     text = " ".join(proc.stderr.split())
     assert message in text and "is not installed" not in text
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_gpu_acceptance_of_one_engine_keeps_the_other_engines_rows(tmp_path: Path) -> None:
+    import json
+
+    from llamaspec.cli import gpu
+
+    summary = tmp_path / "gpu-acceptance-x.json"
+    rows = [
+        {"step": "llama.cpp: build and smoke", "argv": [], "exit": 0, "seconds": 3},
+        {"step": "ik_llama.cpp: build and smoke", "argv": [], "exit": 0, "seconds": 9},
+    ]
+    artifacts = {"llama.cpp": "up-1", "ik_llama.cpp": "ik-1"}
+    summary.write_text(json.dumps({"steps": rows, "artifacts": artifacts}))
+    assert gpu.kept_from(summary, ["llama.cpp"]) == ([rows[1]], {"ik_llama.cpp": "ik-1"})
+    assert gpu.kept_from(summary, list(gpu.ENGINES)) == ([], {})
+    summary.write_text("{not json")
+    assert gpu.kept_from(summary, ["llama.cpp"]) == ([], {})
+    assert gpu.kept_from(tmp_path / "none.json", ["llama.cpp"]) == ([], {})

@@ -57,6 +57,17 @@ def steps(args: argparse.Namespace, engine: str, aid: str) -> list[tuple[str, li
     return [*out, (f"{engine}: tune", ["tune", RECIPES[0], "--budget", budget, *art])]
 
 
+def kept_from(summary: Path, engines: list[str]) -> tuple[list[dict], dict[str, str]]:
+    """The rows and artifacts of an earlier summary for the engines not run now."""
+    try:
+        record = json.loads(summary.read_text())
+        rows = [r for r in record["steps"] if r["step"].split(":")[0] not in engines]
+        artifacts = {e: a for e, a in record["artifacts"].items() if e not in engines}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [], {}  # none, or not one this code wrote: started afresh
+    return rows, artifacts
+
+
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command == "cuda-compile-check":
         from llamaspec.engine import cuda_check
@@ -83,12 +94,12 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         )
     engines = [choose("engine", e, ENGINES) for e in args.engine] or list(ENGINES)
     args.reports.mkdir(parents=True, exist_ok=True)
-    rows: list[dict] = []
 
     gpu_text = "; ".join(gpus)
     slug = gpus[0].split(",")[0].strip().lower().replace(" ", "-")
     out = args.reports / f"gpu-acceptance-{slug}"
-    artifacts: dict[str, str] = {}
+    # a run of some engines keeps what an earlier run on this GPU proved for the others
+    rows, artifacts = kept_from(out.with_suffix(".json"), engines)
 
     def summary() -> None:
         # rewritten after every step: a run cut short still says what it proved
