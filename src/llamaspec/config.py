@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from llamaspec.errors import LlamaspecError, did_you_mean
-from llamaspec.paths import project_root
+from llamaspec.paths import is_packaged, project_root, user_data
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -644,7 +644,11 @@ def load_recipes(
     root = root or project_root()
     models = models or load_models(root)
     recipes: dict[str, Recipe] = {}
-    for path in sorted((root / "recipes").glob("*.yaml")):
+    # an installed llamaspec also reads the recipes tune wrote under the user data dir
+    found = sorted((root / "recipes").glob("*.yaml"))
+    if is_packaged(root):
+        found += sorted((user_data() / "recipes").glob("*.yaml"))
+    for path in found:
         try:
             recipe = _load_recipe(path, models)
         except LlamaspecError as err:

@@ -8,6 +8,7 @@ import yaml
 
 from llamaspec.config import FULL_SHA, Engine, PatchEntry, load_yaml_text
 from llamaspec.errors import LlamaspecError
+from llamaspec.paths import is_packaged, user_data, writable_root
 
 LOCK = "llamaspec.lock"
 # `cuda_toolkit`: the PyPI wheels (version, sha256, size) a CUDA toolkit is assembled from.
@@ -16,6 +17,8 @@ SECTIONS = ("engines", "patches", "models", "cuda_toolkit")
 
 def load(root: Path) -> dict:
     path = root / LOCK
+    if is_packaged(root) and (user_data() / LOCK).is_file():
+        path = user_data() / LOCK  # what this user's pulls recorded, over the shipped one
     if not path.is_file():
         return {key: {} for key in SECTIONS}
     data = load_yaml_text(path.read_text(), str(path)) or {}
@@ -23,7 +26,8 @@ def load(root: Path) -> dict:
 
 
 def save(root: Path, lock: dict) -> Path:
-    path = root / LOCK
+    path = writable_root(root) / LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
     header = (
         "# Written by `nox -s lock`: the exact commits llamaspec builds use. Patch commits are\n"
         "# applied in order, each as its diff against its first parent. An empty list means\n"

@@ -36,15 +36,58 @@ def writable_dir(path: Path, what: str, fix: str) -> Path:
 
 
 def project_root(start: Path | None = None) -> Path:
-    """The llamaspec checkout holding engines.yaml (override with LLAMASPEC_ROOT)."""
+    """Where the catalogs live: LLAMASPEC_ROOT, else the checkout holding engines.yaml (cwd or
+    a parent), else this source tree, else the data installed with the package."""
     env = os.environ.get("LLAMASPEC_ROOT")
     if env:
         return Path(env).resolve()
     here = (start or Path.cwd()).resolve()
+    found = checkout_of(here)
+    if found is not None:
+        return found
+    source = Path(__file__).resolve().parents[2]
+    if (source / "engines.yaml").is_file():
+        return source
+    if (packaged_data() / "engines.yaml").is_file():
+        return packaged_data()
+    return here
+
+
+def checkout_of(here: Path) -> Path | None:
+    """The llamaspec checkout holding `here` (the nearest engines.yaml upwards), or None."""
     for candidate in (here, *here.parents):
         if (candidate / "engines.yaml").is_file():
             return candidate
-    packaged = Path(__file__).resolve().parents[2]
-    if (packaged / "engines.yaml").is_file():
-        return packaged
-    return here
+    return None
+
+
+def packaged_data() -> Path:
+    """The catalogs, recipes and patches shipped inside the wheel (read-only)."""
+    return Path(__file__).resolve().parent / "data"
+
+
+def is_packaged(root: Path) -> bool:
+    return root.resolve() == packaged_data()
+
+
+def user_data() -> Path:
+    """The user data dir (override with LLAMASPEC_DATA): the lock, tuned recipes, artifacts
+    and reports of an installed llamaspec used outside a checkout."""
+    env = os.environ.get("LLAMASPEC_DATA")
+    return Path(env) if env else Path(platformdirs.user_data_dir("llamaspec"))
+
+
+def writable_root(root: Path) -> Path:
+    """Where llamaspec writes what belongs beside the catalogs (the lock, tuned recipes):
+    the checkout, or the user data dir when the catalogs are the installed package's."""
+    return user_data() if is_packaged(root) else root
+
+
+def default_out(name: str) -> Path:
+    """`dist` or `reports`: relative to the working directory inside a checkout (or with
+    LLAMASPEC_ROOT), else under the user data dir."""
+    if os.environ.get("LLAMASPEC_ROOT") or checkout_of(Path.cwd().resolve()) is not None:
+        return Path(name)
+    if (Path(__file__).resolve().parents[2] / "engines.yaml").is_file():
+        return Path(name)  # a source tree (editable install): as before
+    return user_data() / name

@@ -99,3 +99,19 @@ def test_test_modules_have_unique_basenames() -> None:
     for path in sorted(tests.rglob("test_*.py")):
         other = seen.setdefault(path.name, path)
         assert other == path, f"{path} and {other} share a basename; rename one"
+
+
+def test_an_installed_llamaspec_writes_its_lock_under_the_user_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llamaspec import lock, paths
+
+    monkeypatch.setenv("LLAMASPEC_DATA", str(tmp_path / "data"))
+    packaged = paths.packaged_data()
+    assert paths.is_packaged(packaged) and not paths.is_packaged(tmp_path)
+    assert paths.writable_root(packaged) == tmp_path / "data"
+    assert paths.writable_root(tmp_path) == tmp_path
+    record = {"models": {"m": {"repo": "org/m", "revision": "a" * 40}}}
+    assert lock.save(packaged, record) == tmp_path / "data" / "llamaspec.lock"
+    assert lock.load(packaged)["models"] == record["models"]
+    assert not (packaged / "llamaspec.lock").exists()

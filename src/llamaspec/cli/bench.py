@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import shared
+from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -39,7 +40,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="only these workloads (repeatable): conversation, translation, summarization, "
         "qa, math, rag, copy, code-edit",
     )
-    p.add_argument("--reports", type=Path, default=Path("reports"))
+    p.add_argument("--reports", type=Path, default=default_out("reports"))
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -94,14 +95,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     bb = sub.add_parser("bench-build", help="cold build time: llamaspec vs plain cmake")
     shared.add_artifact_args(bb)
-    bb.add_argument("--reports", type=Path, default=Path("reports"))
+    bb.add_argument("--reports", type=Path, default=default_out("reports"))
     br = sub.add_parser(
         "bench-reproducible",
         help="two clean builds of a portable artifact, without and with llamaspec's "
         "reproducible-build flags, compared file by file",
     )
     shared.add_artifact_args(br)
-    br.add_argument("--reports", type=Path, default=Path("reports"))
+    br.add_argument("--reports", type=Path, default=default_out("reports"))
     br.add_argument(
         "--no-baseline",
         action="store_true",
@@ -127,7 +128,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     bp.add_argument("--model", type=Path, help="a GGUF (default: the embedded Gemma 3 270M)")
     bp.add_argument("--rounds", type=shared.positive, default=3, help="alternating rounds")
-    bp.add_argument("--reports", type=Path, default=Path("reports"))
+    bp.add_argument("--reports", type=Path, default=default_out("reports"))
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:

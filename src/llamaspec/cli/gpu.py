@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from llamaspec.cli import options
 from llamaspec.errors import LlamaspecError
+from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,8 +38,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="on an NVIDIA GPU: build CUDA for both engines, smoke, verify, bench, tune",
     )
     options.add(g, "cuda_arch", "cuda_toolkit", "source", "variants", "jobs")
-    g.add_argument("--dist", type=Path, default=Path("dist"))
-    g.add_argument("--reports", type=Path, default=Path("reports"))
+    g.add_argument("--dist", type=Path, default=default_out("dist"))
+    g.add_argument("--reports", type=Path, default=default_out("reports"))
     g.add_argument(
         "--engine", action="append", default=[], help="only these engines (default: both)"
     )

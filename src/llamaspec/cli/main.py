@@ -18,6 +18,7 @@ from llamaspec.cli import options
 from llamaspec.cli import patches as cli_patches
 from llamaspec.cli import verify as cli_verify
 from llamaspec.errors import LlamaspecError
+from llamaspec.paths import default_out
 
 
 def _build_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +34,7 @@ def make_parser() -> argparse.ArgumentParser:
     _build_parser(sub)
     s = sub.add_parser("smoke", help="smoke-test an existing artifact")
     s.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest")
-    s.add_argument("--dist", type=Path, default=Path("dist"))
+    s.add_argument("--dist", type=Path, default=default_out("dist"))
     sub.add_parser("engines", help="list engines and their default pins")
     cli_verify.add_parsers(sub)
     cli_bench.add_parsers(sub)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from llamaspec.cli import options
 from llamaspec.errors import LlamaspecError, choose
-from llamaspec.paths import project_root
+from llamaspec.paths import default_out, project_root
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -77,7 +77,7 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--artifact", help="a built artifact id (or prefix) in dist/: its binary, pin and --help"
     )
-    p.add_argument("--dist", type=Path, default=Path("dist"))
+    p.add_argument("--dist", type=Path, default=default_out("dist"))
     p.add_argument(
         "--dialect", choices=DIALECTS, help="override the dialect (default: from engine and pin)"
     )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llamaspec.errors import LlamaspecError
+from llamaspec.paths import default_out
 
 
 def positive_int(text: str) -> int:
@@ -228,7 +229,7 @@ OPTIONS: tuple[Option, ...] = (
         "dist",
         "output folder (dist/)",
         "where artifacts go (default `dist/`)",
-        default=Path("dist"),
+        default=default_out("dist"),
         type=Path,
         value="DIR",
     ),

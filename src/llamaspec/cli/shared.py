@@ -10,6 +10,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llamaspec.paths import default_out
+
 if TYPE_CHECKING:
     from llamaspec.engine.build import Artifact
 
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
 def add_artifact_args(p: argparse.ArgumentParser) -> None:
     """`--artifact ID` (or a prefix) in `--dist DIR`; the newest one there by default."""
     p.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
-    p.add_argument("--dist", type=Path, default=Path("dist"))
+    p.add_argument("--dist", type=Path, default=default_out("dist"))
 
 
 def load_artifact(args: argparse.Namespace) -> Artifact:

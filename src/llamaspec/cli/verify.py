@@ -9,6 +9,7 @@ from rich.console import Console
 
 from llamaspec.cli import shared
 from llamaspec.errors import LlamaspecError
+from llamaspec.paths import default_out
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -90,7 +91,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="built-in models: run the parallel mode N times (timing-dependent batching)",
     )
-    v.add_argument("--reports", type=Path, default=Path("reports"))
+    v.add_argument("--reports", type=Path, default=default_out("reports"))
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:

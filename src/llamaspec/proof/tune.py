@@ -36,7 +36,7 @@ from llamaspec.engine import toolchain
 from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError, did_you_mean
 from llamaspec.models import catalog, dialects, recipes
-from llamaspec.paths import project_root
+from llamaspec.paths import project_root, writable_root
 from llamaspec.proof import bench, verify, workloads
 from llamaspec.proof.client import Server, running
 
@@ -797,7 +797,7 @@ def write_recipe(
         "report": _relative(report_md),
     }
     config.parse(config.Recipe, {"name": name, **data}, f"the tuned recipe {name}")
-    where = out_dir or (project_root() / "recipes")
+    where = out_dir or (writable_root(project_root()) / "recipes")
     where.mkdir(parents=True, exist_ok=True)
     path = where / f"{name}.yaml"
     header = f"# Written by `llamaspec tune {recipe.name}`; measured, not hand-written.\n"
