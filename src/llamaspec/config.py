@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from llamaspec.errors import LlamaspecError, did_you_mean
-from llamaspec.paths import is_packaged, project_root, user_data
+from llamaspec.paths import is_packaged, project_root, user_config, user_data
 
 FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -614,18 +614,30 @@ def load_defects(root: Path | None = None) -> tuple[Defect, ...]:
 def load_models(root: Path | None = None) -> ModelsFile:
     """models.yaml → the catalog, with every pair's models checked to exist."""
     path = (root or project_root()) / "models.yaml"
-    parsed = parse(ModelsFile, read_yaml(path), str(path))
+    raw, where = read_yaml(path), str(path)
+    user = user_config() / "models.yaml"
+    if user.is_file():  # the user's own models and pairs; theirs win on a shared name
+        mine = read_yaml(user)
+        if not isinstance(raw, dict) or not isinstance(mine, dict):
+            bad = user if isinstance(raw, dict) else path
+            raise LlamaspecError(f"{bad} must be a mapping with `models:` and `pairs:`.")
+        raw = {
+            **raw,
+            **{k: {**(raw.get(k) or {}), **(mine.get(k) or {})} for k in ("models", "pairs")},
+        }
+        where = f"{path} with {user}"
+    parsed = parse(ModelsFile, raw, where)
     for name, pair in parsed.pairs.items():
         for role in ("target", "draft"):
             handle = getattr(pair, role)
             if handle is not None and handle not in parsed.models:
                 raise LlamaspecError(
-                    f"{path}: pair {name!r} names {role} model {handle!r}, which is not under "
+                    f"{where}: pair {name!r} names {role} model {handle!r}, which is not under "
                     f"`models:`.{did_you_mean(handle, parsed.models)}"
                 )
         if pair.spec == "mtp" and not parsed.models[pair.target].mtp:
             raise LlamaspecError(
-                f"{path}: pair {name!r} uses MTP speculation, but model {pair.target!r} is not "
+                f"{where}: pair {name!r} uses MTP speculation, but model {pair.target!r} is not "
                 "marked `mtp: true` (it has no built-in MTP heads)."
             )
     return parsed
@@ -635,8 +647,13 @@ def load_recipes(
     root: Path | None = None,
     models: ModelsFile | None = None,
     broken: dict[str, LlamaspecError] | None = None,
+    origins: dict[str, str] | None = None,
 ) -> dict[str, Recipe]:
     """recipes/*.yaml → {name: Recipe}; the name is the file's stem, the pair must exist.
+
+    Read in order, a later one winning on a shared name: the project's (checkout or
+    package), the recipes tune wrote under the user data dir (installed package only), the
+    user's own (user config dir). `origins` gets where each came from.
 
     Without `broken`, the first invalid file is the error. With it, an invalid file is
     recorded there under its stem and skipped: one bad file does not stop the commands that
@@ -644,11 +661,17 @@ def load_recipes(
     root = root or project_root()
     models = models or load_models(root)
     recipes: dict[str, Recipe] = {}
-    # an installed llamaspec also reads the recipes tune wrote under the user data dir
-    found = sorted((root / "recipes").glob("*.yaml"))
+    sources = [(root / "recipes", "package" if is_packaged(root) else "checkout")]
     if is_packaged(root):
-        found += sorted((user_data() / "recipes").glob("*.yaml"))
-    for path in found:
+        sources.append((user_data() / "recipes", "tuned"))
+    sources.append((user_config() / "recipes", "user"))
+    found = [(p, origin) for d, origin in sources for p in sorted(d.glob("*.yaml"))]
+    seen: dict[str, str] = {}
+    for path, origin in found:
+        seen[path.stem] = f"{origin} (over {seen[path.stem]})" if path.stem in seen else origin
+        recipes.pop(path.stem, None)
+        if broken is not None:
+            broken.pop(path.stem, None)
         try:
             recipe = _load_recipe(path, models)
         except LlamaspecError as err:
@@ -657,6 +680,8 @@ def load_recipes(
             broken[path.stem] = err
             continue
         recipes[recipe.name] = recipe
+    if origins is not None:
+        origins.update(seen)
     return recipes
 
 

@@ -77,6 +77,13 @@ def user_data() -> Path:
     return Path(env) if env else Path(platformdirs.user_data_dir("llamaspec"))
 
 
+def user_config() -> Path:
+    """The user config dir (override with LLAMASPEC_CONFIG_DIR): the user's own
+    `models.yaml` (models and pairs) and `recipes/*.yaml`, read over the project's."""
+    env = os.environ.get("LLAMASPEC_CONFIG_DIR")
+    return Path(env) if env else Path(platformdirs.user_config_dir("llamaspec"))
+
+
 def writable_root(root: Path) -> Path:
     """Where llamaspec writes what belongs beside the catalogs (the lock, tuned recipes):
     the checkout, or the user data dir when the catalogs are the installed package's."""

@@ -649,3 +649,40 @@ def test_a_transport_error_of_any_client_is_one_paragraph() -> None:
     # not a network error: not disguised as one
     with pytest.raises(ValueError, match="a bug"), hub.hub_errors(model, "m.gguf"):
         raise ValueError("a bug")
+
+
+def test_user_models_pairs_and_recipes_come_from_the_user_config_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llamaspec.models import recipes as recipes_mod
+
+    user = tmp_path / "config"
+    (user / "recipes").mkdir(parents=True)
+    monkeypatch.setenv("LLAMASPEC_CONFIG_DIR", str(user))
+    (user / "models.yaml").write_text(
+        "models:\n  mine:\n    repo: me/mine-GGUF\n    file: mine-q4_k_m.gguf\n"
+        "    tokenizer: gemma3\n    license: mit\n"
+        "pairs:\n  mine-ngram:\n    target: mine\n    spec: ngram\n"
+    )
+    (user / "recipes" / "mine-ngram.yaml").write_text(
+        "pair: mine-ngram\ndescription: my model\nspec:\n  types: [ngram-mod]\n"
+    )
+    # the same name as a project recipe: the user's wins, and says so
+    (user / "recipes" / "gemma3-270m-ngram.yaml").write_text(
+        "pair: gemma3-270m-ngram\ndescription: mine instead\nspec:\n  types: [ngram-simple]\n"
+    )
+    (user / "recipes" / "broken.yaml").write_text("pair: [oops\n")
+    catalog = config.load_models(ROOT)
+    assert "mine" in catalog.models and "gemma3-270m-q4_k_m" in catalog.models
+    origins: dict[str, str] = {}
+    said: list[str] = []
+    known = recipes_mod.load_all(ROOT, said.append, origins)
+    assert known["mine-ngram"].pair == "mine-ngram" and origins["mine-ngram"] == "user"
+    assert known["gemma3-270m-ngram"].description == "mine instead"
+    assert origins["gemma3-270m-ngram"] == "user (over checkout)"
+    assert origins["gemma3-270m-ngram-tuned"] == "checkout"
+    assert any("'broken' skipped" in s for s in said)
+    # a user pair naming a model nobody defines is refused naming both files
+    (user / "models.yaml").write_text("pairs:\n  bad:\n    target: nobody\n    spec: ngram\n")
+    with pytest.raises(LlamaspecError, match=r"models.yaml with .*config/models.yaml: pair 'bad'"):
+        config.load_models(ROOT)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from llamaspec.cli import options
 from llamaspec.errors import LlamaspecError, choose
-from llamaspec.paths import default_out, project_root
+from llamaspec.paths import default_out, project_root, user_config, user_data
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -159,11 +159,18 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
     root = project_root()
     if args.recipe_command == "list":
         table = Table(title="recipes (recipes/*.yaml)")
-        for col in ("recipe", "pair", "spec", "description"):
+        for col in ("recipe", "pair", "spec", "from", "description"):
             table.add_column(col, no_wrap=col != "description")
-        for row in recipes.describe(list(recipes.load_all(root, _warn(console)).values())):
-            table.add_row(*row)
+        origins: dict[str, str] = {}
+        known = recipes.load_all(root, _warn(console), origins)
+        for row in recipes.describe(list(known.values())):
+            table.add_row(*row[:3], origins.get(row[0], ""), row[3])
         console.print(table)
+        console.print(
+            "from: checkout or package (the project's recipes/), tuned (written by tune under "
+            f"{user_data() / 'recipes'}), user (your own, {user_config() / 'recipes'}); a "
+            "later one wins on a shared name, shown as 'user (over checkout)'."
+        )
         return
     # stdout is the command alone (`recipe show NAME > run.sh`); notes go to stderr
     console = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -39,10 +39,12 @@ def find(name: str, root: Path | None = None) -> tuple[Recipe, ModelsFile]:
     return known[choose("recipe", name, known)], catalog
 
 
-def load_all(root: Path | None = None, say=print) -> dict[str, Recipe]:
+def load_all(
+    root: Path | None = None, say=print, origins: dict[str, str] | None = None
+) -> dict[str, Recipe]:
     """Every valid recipe; an invalid file is named with its error and skipped."""
     broken: dict[str, LlamaspecError] = {}
-    known = config.load_recipes(root, None, broken)
+    known = config.load_recipes(root, None, broken, origins)
     for name, err in sorted(broken.items()):
         say(f"recipe {name!r} skipped (invalid): {err}")
     return known
