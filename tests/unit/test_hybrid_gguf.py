@@ -42,3 +42,25 @@ def test_layout_is_what_ik_qwen35_loader_reads() -> None:
     assert names["blk.1.attn_q.weight"] == [hg.N_EMBD, 2 * hg.N_HEAD * hg.HEAD_DIM]
     assert names["output.weight"] == [hg.N_EMBD, len(tokens)]
     assert not [n for n in names if n.endswith("scale")]  # upstream-only tensors
+
+
+def test_the_hybrid_tool_is_built_for_the_cpu_alone() -> None:
+    from llamaspec.engine import profiles as flags
+    from llamaspec.proof import hybrid
+
+    cuda = [
+        flags.Define("GGML_CUDA", "ON", "profile"),
+        flags.Define("CMAKE_CUDA_ARCHITECTURES", "90", "user"),
+        flags.Define("GGML_NATIVE", "OFF", "profile"),
+        flags.Define("GGML_VULKAN", "OFF", "profile"),
+    ]
+    got = {d.name: d.value for d in hybrid.tool_defines(cuda)}
+    assert got["GGML_CUDA"] == "OFF" and got["LLAMA_BUILD_TESTS"] == "ON"
+    assert got["CMAKE_BUILD_WITH_INSTALL_RPATH"] == "OFF"
+    assert got["GGML_VULKAN"] == "OFF" and got["GGML_NATIVE"] == "OFF"  # as they were
+    dl = [flags.Define("GGML_BACKEND_DL", "ON", "variant"), flags.Define("GGML_VULKAN", "ON", "p")]
+    got = {d.name: d.value for d in hybrid.tool_defines(dl)}
+    assert got["GGML_BACKEND_DL"] == "OFF" and got["GGML_CPU_ALL_VARIANTS"] == "OFF"
+    assert got["GGML_VULKAN"] == "OFF"
+    cpu = [flags.Define("GGML_NATIVE", "ON", "profile")]
+    assert {d.name: d.value for d in hybrid.tool_defines(cpu)}["GGML_NATIVE"] == "ON"

@@ -24,7 +24,8 @@ TOOL = "test-llama-archs"
 
 
 def hybrid_model(artifact: Artifact, console: Console, arch: str = "qwen35", seed: int = 1) -> Path:
-    """Build the tool next to the artifact's build (ccache makes it cheap) and write the model.
+    """Build the tool next to the artifact's build (CPU backend only; ccache makes it cheap)
+    and write the model.
 
     ik_llama.cpp cannot load the tool's models: it gets the `gguf`-written equivalent."""
     if artifact.manifest.get("engine") == "ik_llama.cpp" and arch == "qwen35":
@@ -59,6 +60,27 @@ def hybrid_model(artifact: Artifact, console: Console, arch: str = "qwen35", see
     return found[0]
 
 
+# the GPU backends a build may enable; the tool needs none of them to write its model
+GPU_BACKENDS = ("GGML_CUDA", "GGML_VULKAN", "GGML_HIP", "GGML_METAL", "GGML_SYCL", "GGML_MUSA")
+
+
+def tool_defines(defines: list[flags.Define]) -> list[flags.Define]:
+    """The artifact's defines, changed for the tool: tests on, the CPU backend alone."""
+    on = {d.name for d in defines if flags.cmake_bool(d.value)}
+    # the tool runs from its build tree: it needs CMake's build-tree RPATH, not the
+    # relocatable $ORIGIN/../lib a CUDA artifact installs with
+    own = {"LLAMA_BUILD_TESTS": "ON", "CMAKE_BUILD_WITH_INSTALL_RPATH": "OFF"}
+    # it loads no backend modules (GGML_BACKEND_DL, as in the portable variant): it needs
+    # the CPU backend linked in to make its model
+    if "GGML_BACKEND_DL" in on:
+        own |= {"GGML_BACKEND_DL": "OFF", "GGML_CPU_ALL_VARIANTS": "OFF", "GGML_NATIVE": "OFF"}
+    # the weights it writes do not depend on the backend: a GPU backend would only compile
+    # every kernel a second time (ggml-cuda: 6 minutes on 16 cores, hours on 2)
+    own |= {name: "OFF" for name in GPU_BACKENDS if name in on}
+    kept = [d for d in defines if d.name not in own]
+    return kept + [flags.Define(k, v, f"llamaspec ({TOOL})") for k, v in own.items()]
+
+
 def _build_tool(artifact: Artifact, tools_dir: Path, console: Console) -> None:
     """Configure the artifact's own tree with tests on, and build only the tool."""
     cache_file = cache_dir() / "build" / artifact.id / "CMakeCache.txt"
@@ -70,17 +92,7 @@ def _build_tool(artifact: Artifact, tools_dir: Path, console: Console) -> None:
     tree = Path(build_stage.read_cmake_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
     # the recorded prefix maps name <source> and <build>: made again for this directory, so
     # the compile commands match the artifact's own and ccache serves its objects
-    defines = repro.without_maps(artifact.manifest["defines"])
-    # the tool loads no backend modules (GGML_BACKEND_DL, as in the portable variant): it
-    # needs the CPU backend linked in to make its model
-    dl = any(d.name == "GGML_BACKEND_DL" and flags.cmake_bool(d.value) for d in defines)
-    # the tool runs from its build tree: it needs CMake's build-tree RPATH (its own libraries
-    # and a CUDA toolkit's), not the relocatable $ORIGIN/../lib a CUDA artifact installs with
-    own = {"LLAMA_BUILD_TESTS": "ON", "CMAKE_BUILD_WITH_INSTALL_RPATH": "OFF"}
-    if dl:
-        own |= {"GGML_BACKEND_DL": "OFF", "GGML_CPU_ALL_VARIANTS": "OFF", "GGML_NATIVE": "OFF"}
-    defines = [d for d in defines if d.name not in own]
-    defines += [flags.Define(k, v, f"llamaspec ({TOOL})") for k, v in own.items()]
+    defines = tool_defines(repro.without_maps(artifact.manifest["defines"]))
     tools_dir = build_stage.build_dir_for(tree, tools_dir.name)
     maps = repro.path_maps(tree, tools_dir, bool(build_stage.ccache_env(tree)))
     defines = repro.with_flags(defines, repro.flag_defines(defines, maps, os.environ))
