@@ -135,3 +135,20 @@ def test_gpu_acceptance_of_one_engine_keeps_the_other_engines_rows(tmp_path: Pat
     summary.write_text("{not json")
     assert gpu.kept_from(summary, ["llama.cpp"]) == ([], {})
     assert gpu.kept_from(tmp_path / "none.json", ["llama.cpp"]) == ([], {})
+
+
+def test_every_command_help_ends_with_examples_that_parse() -> None:
+    import shlex
+
+    from llamaspec.cli import examples
+    from llamaspec.cli.main import make_parser
+
+    parser = make_parser()
+    paths = {" ".join(path): sub for path, sub in examples.parsers(parser)}
+    assert set(paths) == set(examples.EXAMPLES), "a command without examples, or a stale one"
+    for name, sub in paths.items():
+        assert sub.format_help().rstrip().endswith(examples.EXAMPLES[name][-1]), name
+        for line in examples.EXAMPLES[name]:
+            argv = shlex.split(line)
+            assert argv[0] == "llamaspec" and argv[1 : 1 + len(name.split())] == name.split()
+            parser.parse_args(argv[1:])  # SystemExit on anything the parser refuses

@@ -12,9 +12,9 @@ from llamaspec.cli import bench as cli_bench
 from llamaspec.cli import bump as cli_bump
 from llamaspec.cli import docker as cli_docker
 from llamaspec.cli import doctor as cli_doctor
+from llamaspec.cli import examples, options
 from llamaspec.cli import gpu as cli_gpu
 from llamaspec.cli import models as cli_models
-from llamaspec.cli import options
 from llamaspec.cli import patches as cli_patches
 from llamaspec.cli import verify as cli_verify
 from llamaspec.errors import LlamaspecError
@@ -44,6 +44,7 @@ def make_parser() -> argparse.ArgumentParser:
     cli_docker.add_parsers(sub)
     cli_doctor.add_parsers(sub)
     cli_gpu.add_parsers(sub)
+    examples.attach(parser)
     return parser
 
 

@@ -1,0 +1,91 @@
+"""One or two examples at the end of every command's help (checked by a unit test to parse)."""
+
+from __future__ import annotations
+
+import argparse
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "build": (
+        "llamaspec build --backend cpu --source pypi",
+        "llamaspec build --backend cuda --cuda-arch 90 --cuda-toolkit pypi",
+    ),
+    "smoke": ("llamaspec smoke --artifact llamacpp-cpu",),
+    "engines": ("llamaspec engines",),
+    "verify": (
+        "llamaspec verify --tier strict --artifact llamacpp-cpu",
+        "llamaspec verify --recipe gemma3-270m-ngram-tuned --prompts docs/examples/prompts.jsonl",
+    ),
+    "bench": (
+        "llamaspec bench gemma3-270m-ngram-tuned --workload copy --concurrency 1",
+        "llamaspec bench --target my.gguf --draft my-draft.gguf --spec draft --n-max 8",
+    ),
+    "tune": ("llamaspec tune gemma3-270m-ngram --budget 10",),
+    "bench-build": ("llamaspec bench-build --artifact llamacpp-cpu",),
+    "bench-reproducible": ("llamaspec bench-reproducible --artifact llamacpp-cpu",),
+    "bench-portable": (
+        "llamaspec bench-portable --artifact llamacpp-cpu-f72fad040485 "
+        "--native llamacpp-cpu-9036434bcbf5",
+    ),
+    "patches": ("llamaspec patches status --engine ik_llama.cpp",),
+    "patches status": ("llamaspec patches status --engine ik_llama.cpp --source pypi",),
+    "patches export": ("llamaspec patches export exported-patches",),
+    "patches import": ("llamaspec patches import exported-patches",),
+    "lock": ("llamaspec lock",),
+    "bump": (
+        "llamaspec bump --engine ik_llama.cpp --source-dir ik_llama.cpp.git --to latest --dry-run",
+    ),
+    "models": ("llamaspec models list", "llamaspec models pull gemma3-270m-ngram"),
+    "models list": ("llamaspec models list",),
+    "models check": (
+        "llamaspec models check qwen2.5-coder-7b",
+        "llamaspec models check --target-file target.gguf --draft-file draft.gguf",
+    ),
+    "models pull": (
+        "llamaspec models pull qwen2.5-coder-7b",
+        "llamaspec models pull gemma3-270m-ngram --local-dir ./models",
+    ),
+    "recipe": ("llamaspec recipe list", "llamaspec recipe show gemma3-270m-ngram-tuned"),
+    "recipe list": ("llamaspec recipe list",),
+    "recipe show": (
+        "llamaspec recipe show deepseek-r1 --engine ik_llama.cpp --backend cpu",
+        "llamaspec recipe show gemma3-270m-ngram --format docker --models-dir ./models",
+    ),
+    "serve": ("llamaspec serve gemma3-270m-ngram-tuned --port 8080",),
+    "docker": ("llamaspec docker pull --backend cuda", "llamaspec docker build --backend cpu"),
+    "docker build": (
+        "llamaspec docker build --backend cpu --tool buildah",
+        "llamaspec docker build --tool buildah --from-artifact llamacpp-cuda-cf8100201483",
+    ),
+    "docker pull": ("llamaspec docker pull --backend cuda --recipe gemma3-270m-ngram-tuned",),
+    "docker smoke": ("llamaspec docker smoke localhost/llamaspec:llama.cpp-cpu",),
+    "docker push": ("llamaspec docker push --record image-record.json",),
+    "docker build-stage": ("llamaspec docker build-stage --backend cpu --out /out",),
+    "docker matrix": ("llamaspec docker matrix",),
+    "docker bake": ("llamaspec docker bake",),
+    "docker base": ("llamaspec docker base",),
+    "docker size": ("llamaspec docker size localhost/llamaspec:llama.cpp-cpu",),
+    "doctor": ("llamaspec doctor", "llamaspec doctor --backend vulkan --fix-vulkan-headers"),
+    "cuda-compile-check": ("llamaspec cuda-compile-check --engine ik_llama.cpp --source pypi",),
+    "gpu-acceptance": (
+        "llamaspec gpu-acceptance",
+        "llamaspec gpu-acceptance --source pypi --engine llama.cpp --tune-budget 2",
+    ),
+}
+
+
+def parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Every (command path, parser) below `parser`, groups included."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from parsers(sub, (*path, name))
+
+
+def attach(parser: argparse.ArgumentParser) -> None:
+    """End each command's help with its examples."""
+    for path, sub in parsers(parser):
+        lines = EXAMPLES.get(" ".join(path), ())
+        if lines:
+            sub.formatter_class = argparse.RawDescriptionHelpFormatter
+            sub.epilog = "examples:\n" + "\n".join(f"  {line}" for line in lines)
