@@ -39,6 +39,11 @@ ROOT = Path(__file__).resolve().parents[2]
         (["build", "--patch-source", "ik_llama.cpp="], "write it as DIR|URL"),
         (["lock", "--patch-source", "llama.cpe=/srv/u"], "Did you mean 'llama.cpp'"),
         (["gpu-acceptance"], "gpu-acceptance needs an NVIDIA GPU, and none is visible"),
+        (
+            ["recipe", "show", "qwen3-8b", "--format", "llama-swap"],
+            "must name model files llama-server can open",
+        ),
+        (["recipe", "show", "qwen3-8b", "--format", "llama-swap", "--ttl", "0"], "--ttl"),
         (["build", "--backend", "cpu", "--cuda-toolkit", "pypi"], "applies to --backend cuda"),
         (
             ["build", "--backend", "cuda", "--cuda-arch", "90", "--cuda-toolkit", "/nonexistent"],

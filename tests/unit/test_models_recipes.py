@@ -454,7 +454,27 @@ def test_llama_swap_entry() -> None:
     entry = yaml.safe_load(recipes.llama_swap("qwen3-8b", cmd))
     body = entry["models"]["qwen3-8b"]
     assert "--port ${PORT}" in body["cmd"] and "'/m/a b.gguf'" in body["cmd"]
-    assert body["checkEndpoint"] == "/health"
+    assert body["checkEndpoint"] == "/health" and "ttl" not in body and "cmdStop" not in body
+    entry = yaml.safe_load(recipes.llama_swap("qwen3-8b", cmd, 300, ["q", "q", "fast"]))
+    body = entry["models"]["qwen3-8b"]
+    assert body["ttl"] == 300 and body["aliases"] == ["q", "fast"]
+
+
+def test_llama_swap_docker_entry_stops_its_container_by_name() -> None:
+    from llamaspec.images import registry
+
+    recipe = config.load_recipes(ROOT)["qwen3-8b"]
+    cmd = recipes.render(recipe, "llama.cpp", "upstream", "/models/a.gguf", "/models/d.gguf")
+    run = registry.docker_run_swap(
+        "ghcr.io/x/y:cuda", "cuda", cmd.argv, [("/h/a b.gguf", "/models/a.gguf")]
+    )
+    assert run.startswith("docker run --rm --name ${MODEL_ID} --gpus all ")
+    assert "-p 127.0.0.1:${PORT}:8080 " in run and "\n" not in run
+    assert "--port" not in run and "-m /models/a.gguf" in run
+    entry = yaml.safe_load(
+        recipes.llama_swap_entry("qwen3-8b", run, 60, (), stop="docker stop ${MODEL_ID}")
+    )
+    assert entry["models"]["qwen3-8b"]["cmdStop"] == "docker stop ${MODEL_ID}"
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llamaspec.cli import options
+from llamaspec.cli import options, shared
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.paths import default_out, project_root, user_config, user_data
 
@@ -49,10 +49,23 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sh.add_argument(
         "--format",
         default="shell",
-        choices=["shell", "argv", "llama-swap", "docker", "compose"],
-        help="a shell line (default), a JSON argv, a llama-swap config entry, a `docker run` "
+        choices=["shell", "argv", "llama-swap", "llama-swap-docker", "docker", "compose"],
+        help="a shell line (default), a JSON argv, a llama-swap config entry (the server "
+        "binary, or the published image's `docker run` with its cmdStop), a `docker run` "
         "line for the published image with the downloaded models mounted read-only, or the "
         "same run as a compose file",
+    )
+    sh.add_argument(
+        "--ttl",
+        type=shared.positive,
+        metavar="SECONDS",
+        help="with --format llama-swap*: unload the model after this many idle seconds",
+    )
+    sh.add_argument(
+        "--alias",
+        action="append",
+        default=[],
+        help="with --format llama-swap*: another name clients may ask for (repeatable)",
     )
     sh.add_argument("--image", help="with --format docker: the image (default: the published one)")
     sh.add_argument(
@@ -177,7 +190,7 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
     recipe, catalog = recipes.find(args.recipe, root)
     pair = catalog.pairs[recipe.pair]
     locked = lockfile.load(root)["models"]
-    if args.format in ("docker", "compose"):
+    if args.format in ("docker", "compose", "llama-swap-docker"):
         print(_docker_line(args, recipe, catalog, locked, console), end="")
         return
     target = _model_path(catalog.models[pair.target], locked.get(pair.target))
@@ -186,7 +199,14 @@ def _recipe(args: argparse.Namespace, console: Console) -> None:
     if args.format == "argv":
         print(json.dumps(list(cmd.argv)))
     elif args.format == "llama-swap":
-        print(recipes.llama_swap(recipe.name, cmd), end="")
+        unread = [str(p) for p in (target, draft) if p is not None and str(p).startswith("hf://")]
+        if unread:  # llama-swap would start a server that cannot open its model
+            raise LlamaspecError(
+                f"A llama-swap entry must name model files llama-server can open, and "
+                f"{', '.join(unread)} not downloaded yet. Run `llamaspec models pull "
+                f"{recipe.pair}` first, then this again."
+            )
+        print(recipes.llama_swap(recipe.name, cmd, args.ttl, args.alias), end="")
     else:
         print(cmd.shell())
     for note in cmd.notes:
@@ -207,6 +227,7 @@ def _docker_line(args, recipe, catalog, locked: dict, console: Console) -> str:
     from llamaspec.images import registry
     from llamaspec.images import specs as images
     from llamaspec.models import catalog as models
+    from llamaspec.models import recipes
 
     pair = catalog.pairs[recipe.pair]
     mounts: list[tuple[str, str]] = []
@@ -252,6 +273,11 @@ def _docker_line(args, recipe, catalog, locked: dict, console: Console) -> str:
     image = args.image or images.image_ref(registry.configured_registry(None)[0], tag)
     if args.format == "compose":
         return registry.compose(recipe.name, image, backend, cmd.argv, mounts, args.port)
+    if args.format == "llama-swap-docker":
+        run = registry.docker_run_swap(image, backend, cmd.argv, mounts)
+        return recipes.llama_swap_entry(
+            recipe.name, run, args.ttl, args.alias, stop="docker stop ${MODEL_ID}"
+        )
     return registry.docker_run(image, backend, cmd.argv, mounts, args.port) + "\n"
 
 

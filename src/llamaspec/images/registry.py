@@ -213,6 +213,19 @@ def docker_run(
     )
 
 
+def docker_run_swap(
+    ref: str, backend: str, argv: Sequence[str], mounts: Sequence[tuple[str, str]]
+) -> str:
+    """`docker_run` for llama-swap: one line, the container named ${MODEL_ID} (so cmdStop
+    can stop it) and published on 127.0.0.1:${PORT}, the port llama-swap picks."""
+    device = {"cuda": "--gpus all ", "vulkan": "--device /dev/dri "}.get(backend, "")
+    volumes = " ".join(_volume(host, inside) for host, inside in mounts)
+    return (
+        f"docker run --rm --name ${{MODEL_ID}} {device}-p 127.0.0.1:${{PORT}}:8080 {volumes} "
+        f"{ref} {shlex.join(server_args(argv))}"
+    )
+
+
 def server_args(argv: Sequence[str]) -> list[str]:
     """A rendered llama-server argv without the program and --host/--port (the entrypoint's)."""
     args = list(argv[1:])

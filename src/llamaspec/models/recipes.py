@@ -141,13 +141,31 @@ def render_for(
     )
 
 
-def llama_swap(name: str, cmd: ServerCommand) -> str:
+def llama_swap(
+    name: str, cmd: ServerCommand, ttl: int | None = None, aliases: Sequence[str] = ()
+) -> str:
     """A llama-swap `models:` entry; llama-swap fills in ${PORT}."""
     argv = list(cmd.argv)
     argv[argv.index("--port") + 1] = "${PORT}"
     command = " ".join(a if a == "${PORT}" else shlex.quote(a) for a in argv)
-    entry = {"models": {name: {"cmd": command, "checkEndpoint": "/health"}}}
-    return yaml.safe_dump(entry, sort_keys=False, width=1 << 16)
+    return llama_swap_entry(name, command, ttl, aliases)
+
+
+def llama_swap_entry(
+    name: str, command: str, ttl: int | None, aliases: Sequence[str], stop: str | None = None
+) -> str:
+    """The entry with what llama-swap's model schema knows: cmd, cmdStop (a container is
+    stopped by name: killing `docker run` may leave it running), the health endpoint, idle
+    ttl in seconds, aliases."""
+    model: dict[str, object] = {"cmd": command}
+    if stop:
+        model["cmdStop"] = stop
+    model["checkEndpoint"] = "/health"
+    if ttl is not None:
+        model["ttl"] = ttl
+    if aliases:
+        model["aliases"] = list(dict.fromkeys(aliases))
+    return yaml.safe_dump({"models": {name: model}}, sort_keys=False, width=1 << 16)
 
 
 def describe(recipes: Sequence[Recipe]) -> list[tuple[str, str, str, str]]:
