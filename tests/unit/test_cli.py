@@ -157,3 +157,20 @@ def test_every_command_help_ends_with_examples_that_parse() -> None:
             argv = shlex.split(line)
             assert argv[0] == "llamaspec" and argv[1 : 1 + len(name.split())] == name.split()
             parser.parse_args(argv[1:])  # SystemExit on anything the parser refuses
+
+
+def test_top_level_help_lists_users_commands_and_names_the_maintainers() -> None:
+    from llamaspec.cli import main as cli_main
+
+    text = cli_main.make_parser().format_help()
+    listed = {line.split()[0] for line in text.splitlines() if line.startswith("    ")}
+    assert {"build", "verify", "bench", "tune", "serve", "recipe", "models", "doctor"} <= listed
+    assert not listed & set(cli_main.MAINTAINER)
+    assert "maintainer commands (also as `llamaspec maint COMMAND`" in text
+    assert cli_main._maint(["maint", "lock", "--patch-source", "x"]) == [
+        "lock", "--patch-source", "x"
+    ]  # fmt: skip
+    assert cli_main._maint(["lock"]) == ["lock"]  # and directly, as before
+    with pytest.raises(SystemExit) as stop:
+        cli_main._maint(["maint", "serve", "x"])  # a user's command is not under maint
+    assert stop.value.code == 2

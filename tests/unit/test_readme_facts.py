@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamaspec.cli.main import make_parser
+from llamaspec.cli.main import _maint, make_parser
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,7 +177,7 @@ def complaint(argv: list[str], mention: bool = False) -> str | None:
         contextlib.redirect_stdout(io.StringIO()),
     ):
         try:
-            parser().parse_args(argv)
+            parser().parse_args(_maint(argv))  # `llamaspec maint CMD` as the CLI reads it
         except SystemExit as exit_:
             said = None if exit_.code == 0 else err.getvalue().strip().splitlines()[-1]
             if said and mention and "arguments are required" in said:

@@ -26,11 +26,34 @@ def _build_parser(sub: argparse._SubParsersAction) -> None:
     options.add(p)
 
 
+# What maintainers of llamaspec (not its users) run: left out of the top-level command
+# list, listed after it, and also reachable as `llamaspec maint COMMAND`.
+MAINTAINER = (
+    "lock",
+    "bump",
+    "patches",
+    "bench-build",
+    "bench-reproducible",
+    "bench-portable",
+    "cuda-compile-check",
+    "gpu-acceptance",
+)
+MAINT_HELP = (
+    "maintainer commands (also as `llamaspec maint COMMAND`; each has --help): "
+    + ", ".join(MAINTAINER)
+    + "; and under docker: build-stage, matrix, bake, base, push."
+)
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The whole command line; building it imports no stage module."""
-    parser = argparse.ArgumentParser(prog="llamaspec", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="llamaspec",
+        description="Build, check and run llama-server with speculative decoding.",
+        epilog=MAINT_HELP,
+    )
     parser.add_argument("--version", action="version", version=f"llamaspec {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _build_parser(sub)
     s = sub.add_parser("smoke", help="smoke-test an existing artifact")
     s.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest")
@@ -45,11 +68,24 @@ def make_parser() -> argparse.ArgumentParser:
     cli_doctor.add_parsers(sub)
     cli_gpu.add_parsers(sub)
     examples.attach(parser)
+    # users' commands only in the list; maintainers' still parse (and are in the epilog)
+    sub._choices_actions = [a for a in sub._choices_actions if a.dest not in MAINTAINER]
     return parser
 
 
+def _maint(argv: Sequence[str] | None) -> list[str] | None:
+    """`llamaspec maint COMMAND ...` → `llamaspec COMMAND ...` for a maintainer command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] != "maint":
+        return argv
+    if len(argv) > 1 and argv[1] in MAINTAINER:
+        return argv[1:]
+    print(f"usage: llamaspec maint COMMAND [...]\n\n{MAINT_HELP}", file=sys.stderr)
+    raise SystemExit(0 if argv[1:] in (["-h"], ["--help"]) else 2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    args = make_parser().parse_args(_maint(argv))
     # stage modules load here, after parsing: `llamaspec --help` stays fast
     from rich.console import Console
     from rich.markup import escape
