@@ -8,7 +8,7 @@ import yaml
 
 from llamaspec.config import FULL_SHA, Engine, PatchEntry, load_yaml_text
 from llamaspec.errors import LlamaspecError
-from llamaspec.paths import is_packaged, user_data, writable_root
+from llamaspec.paths import writable_root
 
 LOCK = "llamaspec.lock"
 # `cuda_toolkit`: the PyPI wheels (version, sha256, size) a CUDA toolkit is assembled from.
@@ -16,9 +16,10 @@ SECTIONS = ("engines", "patches", "models", "cuda_toolkit")
 
 
 def load(root: Path) -> dict:
-    path = root / LOCK
-    if is_packaged(root) and (user_data() / LOCK).is_file():
-        path = user_data() / LOCK  # what this user's pulls recorded, over the shipped one
+    # an installed llamaspec: what this user's pulls recorded, over the shipped lock
+    path = writable_root(root) / LOCK
+    if not path.is_file():
+        path = root / LOCK
     if not path.is_file():
         return {key: {} for key in SECTIONS}
     data = load_yaml_text(path.read_text(), str(path)) or {}

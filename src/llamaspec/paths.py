@@ -91,10 +91,6 @@ def writable_root(root: Path) -> Path:
 
 
 def default_out(name: str) -> Path:
-    """`dist` or `reports`: relative to the working directory inside a checkout (or with
-    LLAMASPEC_ROOT), else under the user data dir."""
-    if os.environ.get("LLAMASPEC_ROOT") or checkout_of(Path.cwd().resolve()) is not None:
-        return Path(name)
-    if (Path(__file__).resolve().parents[2] / "engines.yaml").is_file():
-        return Path(name)  # a source tree (editable install): as before
-    return user_data() / name
+    """`dist` or `reports`: relative to the working directory when the catalogs are a
+    checkout's (or LLAMASPEC_ROOT's), under the user data dir when they are the package's."""
+    return user_data() / name if is_packaged(project_root()) else Path(name)

@@ -202,8 +202,7 @@ def docker_run(
     the entrypoint's), each mount read-only, the port published on 127.0.0.1 only: the
     server has no authentication unless given --api-key. Host paths are given quoted."""
     args = server_args(argv)
-    device = {"cuda": "--gpus all ", "vulkan": "--device /dev/dri "}.get(backend, "")
-    volumes = " ".join(_volume(host, inside) for host, inside in mounts)
+    device, volumes = _run_flags(backend, mounts)
     return (
         "# the server has no authentication, so it is published on 127.0.0.1 only; to serve\n"
         f"# other machines on purpose, use `-p {port}:8080` and add `--api-key YOUR-SECRET`\n"
@@ -218,8 +217,7 @@ def docker_run_swap(
 ) -> str:
     """`docker_run` for llama-swap: one line, the container named ${MODEL_ID} (so cmdStop
     can stop it) and published on 127.0.0.1:${PORT}, the port llama-swap picks."""
-    device = {"cuda": "--gpus all ", "vulkan": "--device /dev/dri "}.get(backend, "")
-    volumes = " ".join(_volume(host, inside) for host, inside in mounts)
+    device, volumes = _run_flags(backend, mounts)
     return (
         f"docker run --rm --name ${{MODEL_ID}} {device}-p 127.0.0.1:${{PORT}}:8080 {volumes} "
         f"{ref} {shlex.join(server_args(argv))}"
@@ -266,6 +264,12 @@ def compose(
         "# only: llama-server has no authentication unless given --api-key.\n"
     )
     return head + yaml.safe_dump({"services": {"llama-server": service}}, sort_keys=False)
+
+
+def _run_flags(backend: str, mounts: Sequence[tuple[str, str]]) -> tuple[str, str]:
+    """`docker run`'s device option for the backend (with its trailing space) and volumes."""
+    device = {"cuda": "--gpus all ", "vulkan": "--device /dev/dri "}.get(backend, "")
+    return device, " ".join(_volume(host, inside) for host, inside in mounts)
 
 
 def _volume(host: str, inside: str) -> str:

@@ -38,9 +38,13 @@ def local_path(model: ModelFile, locked: dict | None) -> Path | None:
     return files[0] if files else None
 
 
-def local_files(model: ModelFile, locked: dict | None) -> list[Path] | None:
+def local_files(
+    model: ModelFile, locked: dict | None, known_only: bool = False
+) -> list[Path] | None:
     """Every file of the model (each part of a split GGUF), if all are on disk already and
-    unchanged since they were verified; else None."""
+    unchanged since they were verified; else None. With `known_only`, also None when a
+    file's sha256 is in neither models.yaml nor the lock: only such a model is used without
+    asking the hub."""
     if model.source == "embedded":
         return [embedded_model()]
     paths = [hub.cached_path(model, part, locked) for part in model.parts]
@@ -48,21 +52,13 @@ def local_files(model: ModelFile, locked: dict | None) -> list[Path] | None:
         return None
     for i, (part, path) in enumerate(zip(model.parts, paths, strict=True)):
         want = model.part_sha256(i) or ((locked or {}).get("sha256") or {}).get(part)
+        if want is None and known_only:
+            return None
         # a file changed since it was verified is not used (`models pull` replaces it);
         # the digest is remembered per file state, so an unchanged file is not read again
         if want and hub.sha256_of(path, lambda _m: None) != want:  # type: ignore[arg-type]
             return None
     return paths  # type: ignore[return-value]
-
-
-def verified_files(model: ModelFile, locked: dict | None) -> list[Path] | None:
-    """Every file of the model if each is in the cache and matches a sha256 llamaspec knows
-    (models.yaml or the lock); else None. Such a model is used without asking the hub."""
-    known = [
-        model.part_sha256(i) or ((locked or {}).get("sha256") or {}).get(part)
-        for i, part in enumerate(model.parts)
-    ]
-    return local_files(model, locked) if all(known) else None
 
 
 def tokenizer(
@@ -156,7 +152,7 @@ def pull(models: ModelsFile, name: str, root: Path, console: Console) -> PairFil
         if model.source == "embedded":
             paths[role] = embedded_model(console.print)
             continue
-        cached = verified_files(model, lock["models"].get(handle))
+        cached = local_files(model, lock["models"].get(handle), known_only=True)
         if cached is not None:  # cache first: a verified pair needs no network at all
             console.print(f"model: {handle} ok (verified in the cache) → {cached[0]}")
             paths[role] = cached[0]
