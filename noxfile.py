@@ -40,6 +40,13 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """The docs site (MkDocs Material) into site/, --strict: a broken link or anchor fails."""
+    _install(session, "docs")
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and format check."""
     session.install("ruff")

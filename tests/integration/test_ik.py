@@ -59,8 +59,8 @@ def test_ik_dialect_matches_its_help(ik_build) -> None:
 def test_ik_verify_strict_draft_sequential(ik_build, tmp_path) -> None:
     artifact, _ = ik_build
     # Strict tier on the F32 reference, sequential: ik at this pin aborts in its iqk flash
-    # attention with -np 4 on some prompt sequences (see README), so parallel mode is left
-    # to `nox -s verify`; this test pins down the deterministic part.
+    # attention with -np 4 on some prompt sequences (docs/engines/ik_llama.cpp.md), so
+    # parallel mode is left to `nox -s verify`; this test pins down the deterministic part.
     # ik decodes F32 slowly (about 1-4 tok/s here, against ~70 for Q4): two prompts, one of
     # them the chat-formatted code prompt where parallel divergences were seen before
     proc = verify_cli(

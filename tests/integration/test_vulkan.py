@@ -132,7 +132,7 @@ def test_vulkan_smoke_passes_on_lavapipe(vulkan_build) -> None:
     """Last: the smoke on lavapipe, speculation on, the quantized comparison as information;
     the F32 comparison, which does not gate on Vulkan, is left out on this software device. A cold
     lavapipe compiles pipelines on first use; Mesa's shader cache makes later runs fast
-    (README: "Vulkan on lavapipe" gives both costs)."""
+    (docs/guides/vulkan.md, "Vulkan on lavapipe", gives both costs)."""
     artifact = vulkan_build[0]
     listed = subprocess.run(
         [artifact.server, "--list-devices"],
@@ -146,7 +146,7 @@ def test_vulkan_smoke_passes_on_lavapipe(vulkan_build) -> None:
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "smoke: PASSED" in output, output
     report = json.loads((artifact.path / "smoke.json").read_text())
-    # a software device: one code prompt, short drafts (README: "Vulkan on lavapipe")
+    # a software device: one code prompt, short drafts (docs/guides/vulkan.md)
     assert [r["prompt"] for r in report["results"]] == ["code"]
     assert report["drafted"] > 0 and report["accepted"] > 0
     assert "draft length 2" in " ".join(output.split())

@@ -226,10 +226,10 @@ def test_build_without_glslc_stops_before_fetching(tmp_path: Path) -> None:
     assert not (tmp_path / "d").exists() and not (tmp_path / "sources").exists()
 
 
-def test_readme_documents_every_profile_and_variant_define() -> None:
-    assert flags.markdown() in (ROOT / "README.md").read_text(), (
-        "README's profile tables are stale: paste llamaspec.engine.profiles.markdown() "
-        "into README.md"
+def test_the_docs_document_every_profile_and_variant_define() -> None:
+    assert flags.markdown() in (ROOT / "docs/reference/build-options.md").read_text(), (
+        "the docs' profile tables are stale: paste llamaspec.engine.profiles.markdown() "
+        "into docs/reference/build-options.md"
     )
 
 

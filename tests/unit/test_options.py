@@ -44,9 +44,10 @@ def test_every_buildspec_field_has_exactly_one_option_and_the_same_default() -> 
     assert len(flags) == len(set(flags))
 
 
-def test_readme_build_options_table_is_generated() -> None:
-    assert options.markdown() in (ROOT / "README.md").read_text(), (
-        "README's Build options table is stale: paste llamaspec.cli.options.markdown() into it"
+def test_the_docs_build_options_table_is_generated() -> None:
+    assert options.markdown() in (ROOT / "docs/reference/build-options.md").read_text(), (
+        "the docs' Build options table is stale: paste llamaspec.cli.options.markdown() into "
+        "docs/reference/build-options.md"
     )
 
 

@@ -90,8 +90,8 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         raise LlamaspecError(
             "gpu-acceptance needs an NVIDIA GPU, and none is visible here (`nvidia-smi` is "
             f"{'missing' if driver is None else 'listing no GPU'}); nothing was built. Run it "
-            "on a machine with a GPU and its driver (README: 'CUDA: the GPU acceptance run' "
-            "says what to carry to one without a network)."
+            "on a machine with a GPU and its driver (docs/guides/cuda.md, 'CUDA: the GPU "
+            "acceptance run', says what to carry to one without a network)."
         )
     engines = [choose("engine", e, ENGINES) for e in args.engine] or list(ENGINES)
     args.reports.mkdir(parents=True, exist_ok=True)

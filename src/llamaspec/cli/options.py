@@ -1,9 +1,9 @@
 """Build options, declared once.
 
 `build`, `doctor`, `docker build` and `patches status` add their build options from
-`OPTIONS`; `build_spec` turns parsed arguments into the pipeline's `BuildSpec`; README's
+`OPTIONS`; `build_spec` turns parsed arguments into the pipeline's `BuildSpec`; the docs'
 "Build options" table is `markdown()`. A unit test keeps `OPTIONS` and `BuildSpec`'s fields
-one to one (names and defaults), and README equal to `markdown()`.
+one to one (names and defaults), and the docs' table equal to `markdown()`.
 
 This module is imported by every parser, so it stays light: stage modules are imported
 only inside the functions that need them, never at import time.
@@ -72,13 +72,13 @@ class Option:
     flags: tuple[str, ...]
     field: str | None  # the BuildSpec field it fills; None: a CLI-only option
     help: str  # argparse help: one line
-    doc: str = ""  # README's meaning (default: help)
+    doc: str = ""  # the docs table's meaning (default: help)
     default: Any = None
     kind: Literal["value", "list", "flag"] = "value"
     type: Any = None  # a callable str → value
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
-    value: str | None = None  # README's placeholder (default: choices or metavar)
+    value: str | None = None  # the docs table's placeholder (default: choices or metavar)
 
     @property
     def dest(self) -> str:
@@ -368,7 +368,7 @@ def add_mirrors(parser: argparse.ArgumentParser) -> None:
 
 
 def markdown() -> str:
-    """README's "Build options" table, generated from OPTIONS."""
+    """The "Build options" table of docs/reference/build-options.md, generated from OPTIONS."""
     rows = ["| option | meaning |", "|---|---|"]
     rows += [o.readme_row() for o in OPTIONS]
     return "\n".join(rows) + "\n"

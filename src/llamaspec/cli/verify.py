@@ -75,7 +75,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="FILE",
         help="your own prompts instead of the built-in ones: JSON Lines, one object a line "
-        '({"text": ..., "n_predict": N} or {"messages": [...], "n_predict": N}; see README)',
+        '({"text": ..., "n_predict": N} or {"messages": [...], "n_predict": N}; '
+        "see docs/guides/verify.md)",
     )
     v.add_argument(
         "--server-defaults",

@@ -346,7 +346,8 @@ def _hint(d: Define, known: set[str]) -> str:
 
 
 def markdown() -> str:
-    """README's tables of every profile and variant define, generated from the data above."""
+    """The tables of every profile and variant define in docs/reference/build-options.md,
+    generated from the data above."""
     engines = ("llama.cpp", "ik_llama.cpp")
     cols = [(e, b) for e in engines for b in ("cpu", "cuda", "vulkan")]
     names = list(dict.fromkeys(n for c in cols for n in PROFILES[c]))

@@ -77,7 +77,7 @@ def check_files(
 ) -> dict:
     """The image's bin/ and lib/ must hold the bytes its manifest names; with `compare_dist`,
     also the bytes of the host artifact with the same id there (a second build of the same
-    inputs: see README "Reproducible builds")."""
+    inputs: see docs/maintainers/reproducible.md)."""
     want = manifest.get("files_sha256")
     if not want:
         if compare_dist:
@@ -103,8 +103,8 @@ def check_files(
             raise LlamaspecError(
                 f"{ref} holds other bytes than the host build {host.path} of the same artifact "
                 f"id: {', '.join(differ)} differ. Both builds should be identical (same inputs, "
-                "same toolchain); compare the two manifests' toolchain entries, and see README "
-                '"Reproducible builds".'
+                "same toolchain); compare the two manifests' toolchain entries, and see "
+                "docs/maintainers/reproducible.md."
             )
     return out
 

@@ -1,8 +1,11 @@
-"""README's facts: the paths it names exist, its command lines parse with the real parsers,
-its YAML parses, and the figures it takes from reports/ equal the reports.
+"""The docs' facts (README.md and every page of docs/, the reports aside): the paths they
+name exist, their command lines parse with the real parsers, their YAML parses, and the
+figures they take from reports/ equal the reports.
 
-Fact markers: right after a figure taken from a report, README has an HTML comment (GitHub
-does not show it) naming the report's JSON, a JSON pointer (RFC 6901) into it, an optional
+Paths in code spans are written from the repository's root; links are relative to the page
+that holds them (the site's generated pages count as present). Fact markers: right after a
+figure taken from a report, a page has an HTML comment (GitHub and the site do not show it)
+naming the report's JSON, a JSON pointer (RFC 6901) into it, an optional
 divisor, and the figure as README shows it:
 
     **826.6 MB**<!-- fact: reports/docker-size-X.json#/image_bytes / 1e6 = 826.6 -->
@@ -21,19 +24,31 @@ import fnmatch
 import functools
 import io
 import json
+import posixpath
 import re
 import shlex
 from decimal import ROUND_HALF_UP, Decimal
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
 
+from llamaspec.cli import reference
 from llamaspec.cli.main import _maint, make_parser
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+# The docs' pages: README and docs/**/*.md; reports/ (linked into docs/) are written by the
+# commands, not by hand.
+PAGES = {
+    p.relative_to(ROOT).as_posix(): p.read_text()
+    for p in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    if not p.relative_to(DOCS if DOCS in p.parents else ROOT).as_posix().startswith("reports/")
+}
+README = PAGES["README.md"]
+# Pages the site generates when it is built (docs/hooks.py): links to them are not broken.
+GENERATED = {f"docs/{p}" for p in [*reference.pages(), "reports/index.md"]}
 # What a repository path starts with (dist/ is build output, not part of the repository).
 TOP = ("src/", "docs/", "reports/", "recipes/", "docker/", "tests/", "patches/", ".ci/", ".github/")
 TOP_FILES = ("noxfile.py", "models.yaml", "engines.yaml", "llamaspec.lock", "pyproject.toml")
@@ -77,12 +92,14 @@ def expand(name: str) -> list[str]:
     return [x for alt in m[1].split(",") for x in expand(name[: m.start()] + alt + name[m.end() :])]
 
 
-def named_paths(text: str = README) -> tuple[list[str], dict[str, str]]:
-    """The repository paths text names in code spans and relative links (from the root),
-    and the path-like names it skips, each with the reason."""
+def named_paths(text: str = README, page: str = "README.md") -> tuple[list[str], dict[str, str]]:
+    """The repository paths text names in code spans (from the root) and relative links
+    (from page's folder), and the path-like names it skips, each with the reason."""
     names = [s for s in spans(text) if not re.search(r"\s", s)]
     links = re.findall(r"\]\(([^)\s]+)\)", prose(text))
-    names += [t.split("#")[0] for t in links if not re.match(r"[a-z]+:|#", t)]
+    here = PurePosixPath(page).parent
+    for link in (t.split("#")[0] for t in links if not re.match(r"[a-z]+:|#", t)):
+        names.append(posixpath.normpath(here / link).removeprefix("./"))
     paths, skipped = set(), {}
     for name in names:
         for one in expand(name.rstrip(".,:;")):
@@ -102,7 +119,11 @@ def named_paths(text: str = README) -> tuple[list[str], dict[str, str]]:
 
 def missing_paths(paths: list[str], root: Path = ROOT) -> list[str]:
     """The paths that do not exist under root (a glob: that match nothing)."""
-    return [p for p in paths if not (any(root.glob(p)) if "*" in p else (root / p).exists())]
+    return [
+        p
+        for p in paths
+        if p not in GENERATED and not (any(root.glob(p)) if "*" in p else (root / p).exists())
+    ]
 
 
 def command_lines(start: str, text: str = README) -> list[tuple[str, bool]]:
@@ -241,13 +262,13 @@ def shown(value, figure: str, scale: str | None) -> str:
     return text
 
 
-def fact_problems(text: str = README, root: Path = ROOT) -> list[str]:
+def fact_problems(text: str = README, root: Path = ROOT, page: str = "README.md") -> list[str]:
     """Fact markers in text's prose (see the module docstring) that disagree with their
     report or stand where their figure is not."""
     text = prose(text)
     bad, last = [], 0
     for m in MARKER.finditer(text):
-        where = f"README.md:{text.count(chr(10), 0, m.start()) + 1}: {m['report']}#{m['pointer']}"
+        where = f"{page}:{text.count(chr(10), 0, m.start()) + 1}: {m['report']}#{m['pointer']}"
         paragraph, row = text.rfind("\n\n", 0, m.start()), text.rfind("\n", 0, m.start()) + 1
         start = max(last, paragraph + 2 if paragraph >= 0 else 0)
         before, last = text[max(start, row if text[row] == "|" else 0) : m.start()], m.end()
@@ -263,55 +284,74 @@ def fact_problems(text: str = README, root: Path = ROOT) -> list[str]:
             bad.append(f"{where}: {e!r}")
             continue
         if (got := shown(value, figure, m["scale"])) != figure:
-            bad.append(f"{where}: README says {figure}, the report {got} ({value!r})")
+            bad.append(f"{where}: the page says {figure}, the report {got} ({value!r})")
     return bad
 
 
-def test_every_repository_path_readme_names_exists() -> None:
-    paths, skipped = named_paths()
-    assert len(paths) > 20, f"README names few repository paths: the pattern is wrong: {paths}"
+def each_page(check) -> list[str]:
+    """check(text, page) over every page, its complaints prefixed with the page."""
+    return [f"{page}: {said}" for page, text in PAGES.items() for said in check(text, page)]
+
+
+def test_the_docs_are_the_pages_the_site_builds() -> None:
+    assert len(PAGES) > 20 and "docs/guides/verify.md" in PAGES
+    assert len(README.splitlines()) <= 250, "README is at most 250 lines: move the rest to docs/"
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text().split("\ntheme:")[0] + "\n")
+    assert nav["strict"] is True and set(nav["validation"].values()) == {"warn"}
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    named = {page: named_paths(text, page) for page, text in PAGES.items()}
+    paths = {p for found, _ in named.values() for p in found}
+    skipped = {s for _, found in named.values() for s in found}
+    assert len(paths) > 50, f"the docs name few repository paths: the pattern is wrong: {paths}"
     assert "docker/Dockerfile.cuda" in paths and "src/llamaspec/images/tools.py" in paths
-    broken = [s for s in spans() if re.search(r"/\n", s)]
+    assert "docs/reports/tune-gemma3-270m-ngram-llamacpp-cpu-9036434bcbf5.md" in paths
+    broken = each_page(lambda text, _: [s for s in spans(text) if re.search(r"/\n", s)])
     assert not broken, f"code spans broken after a / (GitHub shows a space there): {broken}"
-    assert not (missing := missing_paths(paths)), f"README names paths that do not exist: {missing}"
-    assert set(NOT_OURS) <= set(skipped), "NOT_OURS lists a name README no longer has"
+    missing = each_page(lambda _, page: missing_paths(named[page][0]))
+    assert not missing, f"the docs name paths that do not exist: {missing}"
+    assert set(NOT_OURS) <= skipped, "NOT_OURS lists a name the docs no longer have"
 
 
 def test_every_llamaspec_line_parses_with_the_real_parser() -> None:
-    assert len(command_lines("llamaspec ")) > 20
-    bad = llamaspec_problems()
-    assert not bad, "README lines the CLI does not accept:\n" + "\n".join(bad)
+    assert sum(len(command_lines("llamaspec ", t)) for t in PAGES.values()) > 40
+    assert len(command_lines("llamaspec ")) > 10, "README shows few llamaspec lines"
+    bad = each_page(lambda text, _: llamaspec_problems(text))
+    assert not bad, "lines the CLI does not accept:\n" + "\n".join(bad)
 
 
 def test_every_nox_line_names_a_session_and_its_arguments_parse() -> None:
     sessions = nox_sessions()
     assert sessions["build-cuda"] == (["build", "--backend", "cuda"], [])
     assert sessions["models"] == (["models"], ["list"]) and sessions["tests"] is None
-    assert len(command_lines("nox -s ")) > 20
-    bad = nox_problems()
-    assert not bad, "README nox lines that would not run:\n" + "\n".join(bad)
+    assert sessions["docs"] is None
+    assert sum(len(command_lines("nox -s ", t)) for t in PAGES.values()) > 40
+    bad = each_page(lambda text, _: nox_problems(text))
+    assert not bad, "nox lines that would not run:\n" + "\n".join(bad)
 
 
 def test_every_yaml_block_parses() -> None:
-    texts = blocks("ya?ml")
-    assert texts
+    texts = [(page, b) for page, text in PAGES.items() for b in blocks("ya?ml", text)]
+    assert len(texts) >= 2
     bad = []
-    for text in texts:
+    for page, text in texts:
         try:
             yaml.safe_load(text)
         except yaml.YAMLError as e:
-            bad.append(f"{text.splitlines()[0]}…: {e}")
-    assert not bad, "README YAML blocks that do not parse:\n" + "\n".join(bad)
+            bad.append(f"{page}: {text.splitlines()[0]}…: {e}")
+    assert not bad, "YAML blocks that do not parse:\n" + "\n".join(bad)
 
 
 def test_every_figure_marked_as_from_a_report_equals_the_report() -> None:
-    assert len(MARKER.findall(prose())) >= 10, "README's fact markers are gone: the pattern?"
-    bad = fact_problems()
-    assert not bad, "README figures that are not their report's:\n" + "\n".join(bad)
+    markers = sum(len(MARKER.findall(prose(t))) for t in PAGES.values())
+    assert markers >= 30, "the docs' fact markers are gone: the pattern?"
+    bad = each_page(lambda text, page: fact_problems(text, ROOT, page))
+    assert not bad, "figures that are not their report's:\n" + "\n".join(bad)
 
 
 def test_the_checks_find_what_they_are_for(tmp_path: Path) -> None:
-    """Each check fails on a README that gets its facts wrong."""
+    """Each check fails on a page that gets its facts wrong."""
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports/r.json").write_text(json.dumps({"a": {"b/c": [1234.56]}, "h": "abc0123"}))
     right = (
@@ -339,3 +379,7 @@ def test_the_checks_find_what_they_are_for(tmp_path: Path) -> None:
         "src/llamaspec/nope.py",
     ]
     assert len(llamaspec_problems(text)) == 2 and len(nox_problems(text)) == 2
+    page_text = "[up](../reports/none.md), [same](cli.md), [there](../guides/verify.md#x)\n"
+    assert missing_paths(named_paths(page_text, "docs/reference/p.md")[0]) == [
+        "docs/reports/none.md"
+    ]

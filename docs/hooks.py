@@ -1,0 +1,54 @@
+"""MkDocs hooks: add the generated reference (CLI pages, JSON Schemas) and the reports'
+index to the site. The pages themselves come from `llamaspec.cli.reference`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from mkdocs.structure.files import File, Files
+
+from llamaspec.cli import reference
+
+KINDS = {
+    "bench": "Benchmarks",
+    "tune": "Tuning",
+    "verify": "Equivalence (verify)",
+    "gpu": "GPU acceptance",
+    "build": "Build time",
+    "reproducible": "Reproducible builds",
+    "portable": "Portable builds",
+    "docker": "Images",
+    "bump": "Pin bumps",
+    "bug": "Engine defects",
+}
+
+
+def _reports_index(docs: Path) -> str:
+    out = ["# Reports", "", "Every report llamaspec's commands wrote and this repository keeps", ""]
+    out[-2] += " (each beside its JSON and, where a picture helps, a PNG plot)."
+    groups: dict[str, list[str]] = {}
+    for md in sorted((docs / "reports").glob("*.md")):
+        title = next((ln[2:] for ln in md.read_text().splitlines() if ln.startswith("# ")), "")
+        kind = md.name.split("-")[0]
+        groups.setdefault(KINDS.get(kind, "Other"), []).append(f"- [{title or md.stem}]({md.name})")
+    for kind in [*KINDS.values(), "Other"]:
+        if kind in groups:
+            out += [f"## {kind}", "", *groups[kind], ""]
+    return "\n".join(out)
+
+
+def on_files(files: Files, config) -> Files:
+    docs = Path(config["docs_dir"])
+    generated = {**reference.pages(), "reports/index.md": _reports_index(docs)}
+    for uri, text in generated.items():
+        if files.get_file_from_path(uri) is not None:
+            raise SystemExit(f"docs/{uri} is generated when the site is built: remove the file")
+        files.append(File.generated(config, uri, content=text))
+    return files
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    """The `fact:` markers are for the docs tests (see tests/unit/test_docs_facts.py), not
+    for readers: leave them out of the HTML."""
+    return re.sub(r"<!-- fact: .*? -->", "", markdown)
