@@ -79,9 +79,17 @@ def user_data() -> Path:
 
 def user_config() -> Path:
     """The user config dir (override with LLAMASPEC_CONFIG_DIR): the user's own
-    `models.yaml` (models and pairs) and `recipes/*.yaml`, read over the project's."""
+    `models.yaml` (models and pairs) and `recipes/*.yaml`, read over the project's. Only
+    read: it need not be writable, but must be a readable directory where it exists."""
     env = os.environ.get("LLAMASPEC_CONFIG_DIR")
-    return Path(env) if env else Path(platformdirs.user_config_dir("llamaspec"))
+    path = Path(env) if env else Path(platformdirs.user_config_dir("llamaspec"))
+    what = f"The user config directory {path}" + (" (LLAMASPEC_CONFIG_DIR)" if env else "")
+    fix = "point LLAMASPEC_CONFIG_DIR at a directory you can read (llamaspec never writes there)"
+    if path.exists() and not path.is_dir():
+        raise LlamaspecError(f"{what} is a file, not a directory; {fix}.")
+    if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):
+        raise LlamaspecError(f"{what} is not readable by this user; {fix}.")
+    return path
 
 
 def writable_root(root: Path) -> Path:

@@ -706,3 +706,14 @@ def test_user_models_pairs_and_recipes_come_from_the_user_config_dir(
     (user / "models.yaml").write_text("pairs:\n  bad:\n    target: nobody\n    spec: ngram\n")
     with pytest.raises(LlamaspecError, match=r"models.yaml with .*config/models.yaml: pair 'bad'"):
         config.load_models(ROOT)
+
+
+def test_a_user_config_dir_that_is_a_file_is_one_paragraph(tmp_path: Path) -> None:
+    """llamaspec only reads the user config dir (it may be read-only), but it must be a dir."""
+    (tmp_path / "cfg").write_text("not a directory\n")
+    proc = cli(
+        "recipe", "list", env_cache=tmp_path, env={"LLAMASPEC_CONFIG_DIR": str(tmp_path / "cfg")}
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert "(LLAMASPEC_CONFIG_DIR) is a file, not a directory" in said and "Traceback" not in said
