@@ -14,7 +14,7 @@ pytestmark = pytest.mark.unit
 PACKAGE = Path(llamaspec.__file__).parent
 # Lowest first. A module may import its own layer and any layer before it.
 LAYERS = ("base", "engine", "models", "proof", "images", "cli")
-BASE = {"errors", "paths", "config", "lock", "procs"}
+BASE = {"errors", "paths", "config", "lock", "procs", "progress"}
 
 
 def _layer(module: str) -> str:

@@ -15,9 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from llamaspec import __version__, procs
+from llamaspec import __version__, procs, progress
 from llamaspec.config import Engine
 from llamaspec.engine import cuda_toolkit as cudatk
 from llamaspec.engine import gitutil
@@ -538,7 +537,7 @@ def compile_target(
         cmd += ["-j", str(jobs)]
     log_path = build_dir / "build.log"
     env = {**os.environ, **(env_extra or {}), **COMPILE_LOCALE, "NINJA_STATUS": "[%f/%t] "}
-    with log_path.open("w") as log, _progress(console) as bar:
+    with log_path.open("w") as log, progress.bar(console, transient=False) as bar:
         task = bar.add_task(f"build {target}", total=None)
         with procs.popen(
             cmd, timeout=BUILD_TIMEOUT_S, env=env, check=False, what=f"the build of {target}"
@@ -566,44 +565,6 @@ def first_error(log: str) -> str:
     if failed:
         return "\n".join(lines[failed[0] : failed[0] + 10])
     return "\n".join(lines[-15:])
-
-
-class _LineProgress:
-    """Progress for non-terminals: one line per 10% so CI logs show the build moving."""
-
-    def __init__(self, console: Console) -> None:
-        self.console, self.last, self.t0 = console, -1, time.monotonic()
-
-    def __enter__(self) -> _LineProgress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def add_task(self, description: str, total: int | None) -> int:
-        self.description = description
-        return 0
-
-    def update(self, task: int, completed: int, total: int) -> None:
-        decile = completed * 10 // max(total, 1)
-        if decile != self.last:
-            self.last = decile
-            self.console.print(
-                f"{self.description}: {completed}/{total} steps, {time.monotonic() - self.t0:.0f}s"
-            )
-
-
-def _progress(console: Console) -> Progress | _LineProgress:
-    if not console.is_terminal:
-        return _LineProgress(console)
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )
 
 
 def install(

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
 from llamaspec.engine import toolchain
 from llamaspec.engine.build import Artifact
 from llamaspec.models import dialects
+from llamaspec.progress import LineProgress, bar
 from llamaspec.proof import costmodel
 from llamaspec.proof.client import Server, running, server_help
 from llamaspec.proof.workloads import WORKLOADS, Workload
@@ -473,15 +474,8 @@ def _draft_cost(
     return draft_ms / target_ms if target_ms else 0.0
 
 
-def progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+def progress(console: Console) -> Progress | LineProgress:
+    return bar(console)
 
 
 HEAD = (
