@@ -49,6 +49,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest rpc one")
     c.add_argument("--dist", type=Path, default=default_out("dist"))
     c.add_argument("--timeout", type=float, default=5.0, help="seconds per host (default 5)")
+    st = rs.add_parser(
+        "study",
+        help="measure plain and speculative tok/s per placement across two network "
+        "namespaces at several round-trip times (root; writes reports/rpc-latency-*)",
+    )
+    st.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest rpc one")
+    st.add_argument("--dist", type=Path, default=default_out("dist"))
+    st.add_argument("--reports", type=Path, default=default_out("reports"))
+    st.add_argument("--model", type=Path, help="GGUF (target and its own draft); default: embedded")
+    st.add_argument(
+        "--rtt",
+        type=float,
+        action="append",
+        help="round trip in ms (repeatable; default 0 0.2 1 5)",
+    )
+    st.add_argument("--mbit", type=float, default=1000.0, help="link cap, Mbit/s (0: none)")
+    st.add_argument("--n-predict", type=int, default=48, help="tokens per run (default 48)")
+    st.add_argument("--n-max", type=int, default=8, help="draft length (default 8)")
 
 
 def _artifact(args: argparse.Namespace):
@@ -83,6 +101,27 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         versions = rpc.check_hosts(artifact, args.hosts, args.timeout)
         for host, version in versions.items():
             console.print(f"rpc: {host} answers, protocol {'.'.join(map(str, version))}")
+        return True
+    if args.rpc_command == "study":
+        from llamaspec.models.embedded import embedded_model
+        from llamaspec.proof import rpcstudy
+
+        rtts = tuple(sorted(set(args.rtt or rpcstudy.RTTS_MS)))
+        if rtts[0] != 0:
+            rtts = (0.0, *rtts)  # the network term is learned at RTT 0
+        stem = f"rpc-latency-{artifact.id}"
+        report = rpcstudy.study(
+            artifact,
+            args.model or embedded_model(console.print),
+            args.reports / f"{stem}-logs",
+            console,
+            rtts=rtts,
+            mbit=args.mbit or None,
+            n_predict=args.n_predict,
+            n_max=args.n_max,
+        )
+        for path in rpcstudy.write(report, args.reports, stem):
+            console.print(f"rpc study: wrote {path}")
         return True
     opts = rpc.ServeOptions(
         host=args.host,

@@ -14,14 +14,17 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from llamaspec.errors import LlamaspecError
 
@@ -156,13 +159,27 @@ def two_hosts(tag: str | None = None, subnet: str = SUBNET) -> Iterator[TwoHosts
 # --- the delaying relay ---------------------------------------------------------------
 
 
-async def _pipe(reader, writer, delay: float) -> None:
+# What crossed the relay: bytes each way, and turns (a reply after a request: one round
+# trip the protocol waited on, when the client waits for each reply).
+COUNTS = {"up_bytes": 0, "down_bytes": 0, "turns": 0}
+_LAST = {"dir": ""}
+
+
+def _count(direction: str, n: int) -> None:
+    COUNTS[f"{direction}_bytes"] += n
+    if direction == "down" and _LAST["dir"] == "up":
+        COUNTS["turns"] += 1
+    _LAST["dir"] = direction
+
+
+async def _pipe(reader, writer, delay: float, direction: str) -> None:
     """Forward bytes, each chunk released `delay` s after it arrived (order kept)."""
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump() -> None:
         while True:
             data = await reader.read(1 << 16)
+            _count(direction, len(data))
             await queue.put((time.monotonic() + delay, data))
             if not data:
                 return
@@ -184,15 +201,23 @@ async def _pipe(reader, writer, delay: float) -> None:
             writer.close()
 
 
-async def _serve(listen: tuple[str, int], target: tuple[str, int], delay: float) -> None:
+async def _serve(
+    listen: tuple[str, int], target: tuple[str, int], delay: float, stats: str | None = None
+) -> None:
     async def handle(reader, writer) -> None:
         up_reader, up_writer = await asyncio.open_connection(*target)
         for w in (writer, up_writer):
             w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         await asyncio.gather(
-            _pipe(reader, up_writer, delay), _pipe(up_reader, writer, delay), return_exceptions=True
+            _pipe(reader, up_writer, delay, "up"),
+            _pipe(up_reader, writer, delay, "down"),
+            return_exceptions=True,
         )
 
+    if stats:
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGUSR1, lambda: Path(stats).write_text(json.dumps(COUNTS))
+        )
     server = await asyncio.start_server(handle, *listen)
     print(
         f"relay: {listen[0]}:{listen[1]} -> {target[0]}:{target[1]}, {delay * 1e3:g} ms each way",
@@ -202,10 +227,30 @@ async def _serve(listen: tuple[str, int], target: tuple[str, int], delay: float)
         await server.serve_forever()
 
 
+@dataclass
+class Relay:
+    proc: subprocess.Popen
+    stats: Path | None
+
+    def counts(self) -> dict[str, int]:
+        """The relay's counts so far (bytes up and down, turns)."""
+        if self.stats is None:
+            raise LlamaspecError("this relay was started without a stats file")
+        self.stats.unlink(missing_ok=True)
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while not self.stats.is_file() or not self.stats.read_text().endswith("}"):
+            if time.monotonic() > deadline:
+                raise LlamaspecError("the relay did not write its counts")
+            time.sleep(0.01)
+        return json.loads(self.stats.read_text())
+
+
 @contextlib.contextmanager
-def relay(listen: str, target: str, rtt_ms: float) -> Iterator[subprocess.Popen]:
+def relay(listen: str, target: str, rtt_ms: float, stats: Path | None = None) -> Iterator[Relay]:
     """A relay process (in the calling thread's namespace) adding `rtt_ms` of round trip."""
     argv = [sys.executable, "-m", "llamaspec.proof.netlab", listen, target, str(rtt_ms)]
+    argv += ["--stats", str(stats)] if stats else []
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
@@ -213,7 +258,7 @@ def relay(listen: str, target: str, rtt_ms: float) -> Iterator[subprocess.Popen]
             raise LlamaspecError(
                 f"the relay did not start: {line}{proc.stdout.read() if proc.stdout else ''}"
             )
-        yield proc
+        yield Relay(proc, stats)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -224,10 +269,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("listen", help="HOST:PORT to listen on")
     p.add_argument("target", help="HOST:PORT to forward to")
     p.add_argument("rtt_ms", type=float, help="round trip added, in milliseconds")
+    p.add_argument("--stats", help="on SIGUSR1, write the byte and turn counts here (JSON)")
     a = p.parse_args(argv)
     lh, _, lp = a.listen.rpartition(":")
     th, _, tp = a.target.rpartition(":")
-    asyncio.run(_serve((lh, int(lp)), (th, int(tp)), a.rtt_ms / 2000))
+    asyncio.run(_serve((lh, int(lp)), (th, int(tp)), a.rtt_ms / 2000, a.stats))
 
 
 if __name__ == "__main__":
