@@ -7,9 +7,10 @@ and a speculative server decode the same greedy request through `bench.run`; the
 counts the bytes and the turns (request → reply waits) of each run.
 
 The network term of the cost model: a token costs its compute time plus one RTT per turn.
-It is learned at RTT 0 (decode time per token t0 and turns per token r, both measured) and
-predicts tok/s = 1 / (t0 + r · RTT) at every other point; the report gives measured ÷
-expected. Speculation pays where its predicted (and measured) tok/s beats the plain one.
+Turns per token r are counted by the relay; t0 is the least of 1/tok_s − r·RTT over the
+RTTs (on a shared machine other work only slows a run). They predict tok/s = 1 / (t0 + r ·
+RTT) at every point; the report gives measured ÷ expected. Speculation pays where its
+predicted (and measured) tok/s beats the plain one.
 """
 
 from __future__ import annotations
@@ -187,46 +188,57 @@ def study(
     return report
 
 
+def _terms(cells: list[dict], kind: str) -> tuple[float, float] | None:
+    """(t0 s/token, turns/token) of one placement and kind. Turns are counted at the lowest
+    RTT (they do not depend on it); t0 = the least of 1/tok_s − turns·RTT over every RTT:
+    on a shared machine other work can only slow a run, so the fastest is the best estimate."""
+    first = min(cells, key=lambda c: c["rtt_ms"])
+    turns = first[kind]["turns_per_token"]
+    times = [1 / c[kind]["tok_s"] - turns * c["rtt_ms"] / 1000 for c in cells if c[kind]["tok_s"]]
+    return (max(min(times), 1e-6), turns) if times else None
+
+
 def fit(report: dict) -> None:
-    """Learn t0 and turns/token at RTT 0 per placement and kind; predict the other points."""
-    first = min(c["rtt_ms"] for c in report["cells"])
-    for cell in report["cells"]:
-        base = next(
-            c
-            for c in report["cells"]
-            if c["placement"] == cell["placement"] and c["rtt_ms"] == first
-        )
+    """Learn t0 and turns/token per placement and kind; predict every point from them."""
+    names = dict.fromkeys(c["placement"] for c in report["cells"])
+    terms = {}
+    for name in names:
+        cells = [c for c in report["cells"] if c["placement"] == name]
         for kind in ("plain", "spec"):
-            b, m = base[kind], cell[kind]
-            t0 = 1.0 / b["tok_s"] if b["tok_s"] else None
-            if t0 is None:
+            terms[name, kind] = _terms(cells, kind)
+    for cell in report["cells"]:
+        for kind in ("plain", "spec"):
+            t = terms[cell["placement"], kind]
+            if t is None:
                 continue
-            expected = 1.0 / (t0 + b["turns_per_token"] * cell["rtt_ms"] / 1000)
+            m = cell[kind]
+            expected = 1.0 / (t[0] + t[1] * cell["rtt_ms"] / 1000)
             m["expected_tok_s"] = round(expected, 3)
-            m["measured_over_expected"] = round(m["tok_s"] / expected, 3) if expected else None
+            m["measured_over_expected"] = round(m["tok_s"] / expected, 3)
         p, s = cell["plain"], cell["spec"]
         cell["speedup"] = round(s["tok_s"] / p["tok_s"], 3) if p["tok_s"] else None
         if "expected_tok_s" in s and "expected_tok_s" in p:
             cell["expected_speedup"] = round(s["expected_tok_s"] / p["expected_tok_s"], 3)
-    report["crossover"] = crossover(report)
+    report["terms"] = {
+        f"{name}: {kind}": {"t0_ms": round(t[0] * 1000, 2), "turns_per_token": t[1]}
+        for (name, kind), t in terms.items()
+        if t is not None
+    }
+    report["crossover"] = crossover(report, terms)
 
 
-def crossover(report: dict) -> dict[str, str]:
-    """Per placement, in words: where speculation starts or stops paying (model-predicted
-    RTT where spec and plain tok/s meet, from the RTT-0 terms)."""
+def crossover(report: dict, terms: dict) -> dict[str, str]:
+    """Per placement, in words: the RTT where the predicted spec and plain tok/s meet."""
     out = {}
-    first = min(c["rtt_ms"] for c in report["cells"])
     for name in dict.fromkeys(c["placement"] for c in report["cells"]):
-        base = next(c for c in report["cells"] if c["placement"] == name and c["rtt_ms"] == first)
-        p, s = base["plain"], base["spec"]
-        tp, ts = 1 / p["tok_s"], 1 / s["tok_s"]
-        rp, rs = p["turns_per_token"], s["turns_per_token"]
-        # tp + rp·x = ts + rs·x  →  x = (ts − tp) / (rp − rs)
+        if terms.get((name, "plain")) is None or terms.get((name, "spec")) is None:
+            continue
+        (tp, rp), (ts, rs) = terms[name, "plain"], terms[name, "spec"]
+        pays_at_0 = ts < tp
         if abs(rp - rs) < 1e-9:
             out[name] = "speculation's gain does not depend on RTT (same turns per token)"
             continue
-        x_ms = (ts - tp) / (rp - rs) * 1000
-        pays_at_0 = ts < tp
+        x_ms = (ts - tp) / (rp - rs) * 1000  # tp + rp·x = ts + rs·x
         if x_ms <= 0:
             out[name] = (
                 f"speculation {'pays' if pays_at_0 else 'loses'} at every RTT "
@@ -263,6 +275,11 @@ def markdown(report: dict) -> str:
             f"{s['turns_per_token']} | {s['turns_per_step']} | {p['bytes_per_token']} | "
             f"{s['bytes_per_token']} | {s['accepted']}/{s['drafted']} |"
         )
+    lines += ["", "## The learned terms (t0: compute per token; turns: round trips per token)", ""]
+    lines += [
+        f"- {k}: t0 {v['t0_ms']} ms, {v['turns_per_token']} turns/token"
+        for k, v in report.get("terms", {}).items()
+    ]
     lines += ["", "## Where speculation pays", ""]
     lines += [f"- {k}: {v}" for k, v in report["crossover"].items()]
     return "\n".join(lines) + "\n"
