@@ -9,7 +9,29 @@
 # set the build needs (cpu-needs.txt: the flags, then why) stops here instead of dying with
 # an illegal instruction, and a CUDA image started without the NVIDIA driver says it runs
 # on the CPU instead.
+#
+# `rpc-server [ARGS]` as the first argument runs the image's rpc-server instead (images with
+# the rpc variant): bound to 0.0.0.0 inside the container (publish it to one host address,
+# e.g. -p 127.0.0.1:50052:50052), port 50052, unless ARGS give -H/-p; it warns that the RPC
+# protocol has no authentication or encryption.
 root="${LLAMASPEC_ROOT:-/opt/llamaspec}"
+if [ "$1" = "rpc-server" ]; then
+  shift
+  for name in rpc-server ggml-rpc-server; do
+    [ -x "$root/bin/$name" ] && rpc="$root/bin/$name" && break
+  done
+  if [ -z "$rpc" ]; then
+    echo "llamaspec: this image has no rpc-server: it was built without the rpc variant." \
+      "Build one with: llamaspec docker build --variants rpc (plus the backend's own)." >&2
+    exit 1
+  fi
+  echo "llamaspec: warning: the RPC protocol has no authentication and no encryption;" \
+    "publish this port to loopback or a private address only (docker run -p" \
+    "127.0.0.1:50052:50052), and reach it over an SSH tunnel." >&2
+  case " $* " in *" -H "*|*" --host "*) ;; *) set -- -H 0.0.0.0 "$@" ;; esac
+  case " $* " in *" -p "*|*" --port "*) ;; *) set -- -p 50052 "$@" ;; esac
+  exec "$rpc" "$@"
+fi
 if [ -s "$root/cpu-needs.txt" ] && [ -r /proc/cpuinfo ]; then
   have=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
   missing=""

@@ -346,6 +346,21 @@ class SpecSettings(Frozen):
         return self
 
 
+RPC_ENDPOINT = r"^[A-Za-z0-9_.:\[\]-]+:\d{1,5}$"
+
+
+class Placement(Frozen):
+    """Where a recipe's models go when it names rpc hosts. Each entry is `local` (this
+    host's CPU: the layers not offloaded stay there), one of the recipe's `rpc` endpoints
+    (that host's rpc-server device) or a device name of this host's build (`CUDA0`,
+    `Vulkan0`). `target` lists the devices its offloaded layers are spread over
+    (`gpu_layers` says how many layers leave the CPU); `draft` is the one device the draft
+    model goes to."""
+
+    target: tuple[str, ...] = ()
+    draft: str | None = None
+
+
 class ServerSettings(Frozen):
     """Engine-neutral server settings of a recipe."""
 
@@ -355,8 +370,31 @@ class ServerSettings(Frozen):
     flash_attn: Literal["on", "off", "auto"] | None = None
     ctx_checkpoints: int | None = Field(default=None, ge=0)
     checkpoint_min_step: int | None = Field(default=None, ge=1)
-    rpc: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:\[\]-]+:\d{1,5}$")], ...] = ()
+    rpc: tuple[Annotated[str, Field(pattern=RPC_ENDPOINT)], ...] = ()
+    placement: Placement | None = None
     extra: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _placement(self) -> ServerSettings:
+        if self.placement is None:
+            return self
+        if len(set(self.rpc)) != len(self.rpc):
+            raise ValueError("an rpc host is listed twice")
+        named = [*self.placement.target, *([self.placement.draft] if self.placement.draft else [])]
+        for where in named:
+            if where in self.rpc or where == "local":
+                continue
+            if re.match(RPC_ENDPOINT, where) and not re.match(r"^[A-Za-z]+\d+$", where):
+                raise ValueError(
+                    f"placement names {where!r}, which is not in `rpc` "
+                    f"({', '.join(self.rpc) or 'empty'}); add it there or name `local`"
+                )
+            if not re.match(r"^[A-Za-z][A-Za-z0-9_]*$", where):
+                raise ValueError(
+                    f"placement entry {where!r} is neither `local`, an rpc endpoint of this "
+                    "recipe, nor a device name such as CUDA0"
+                )
+        return self
 
 
 class Measured(Frozen):
@@ -391,6 +429,16 @@ class Recipe(Frozen):
     engines: dict[str, dict] = Field(default_factory=dict)
     measured: Measured | None = None
     reported: Reported | None = None
+
+    @model_validator(mode="after")
+    def _one_draft_device(self) -> Recipe:
+        placed = self.server.placement is not None and self.server.placement.draft is not None
+        if placed and self.spec.draft_device is not None:
+            raise ValueError(
+                "both spec.draft_device and server.placement.draft say where the draft goes; "
+                "keep one"
+            )
+        return self
 
     def for_engine(self, engine: str) -> Recipe:
         """This recipe with the engine's overrides (keys of spec/server) applied."""

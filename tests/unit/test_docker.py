@@ -686,3 +686,21 @@ def test_a_pull_verifies_the_workflows_signature_where_cosign_is_installed(tmp_p
     bad = cosign(1, "Error: no matching signatures")
     with pytest.raises(LlamaspecError, match="could not verify .* no matching signatures"):
         registry.verify_signature("r/x:t", console, lambda _: bad)
+
+
+def test_entrypoint_rpc_server_mode(tmp_path: Path) -> None:
+    """`rpc-server` as the first argument runs the image's rpc-server (0.0.0.0:50052 inside
+    the container unless -H/-p are given) and warns; an image without one says why."""
+    base = {"PATH": "/usr/bin:/bin", "LLAMASPEC_ROOT": str(tmp_path / "root")}
+    entry = ["sh", str(ROOT / "docker" / "entrypoint.sh"), "rpc-server"]
+    (tmp_path / "root" / "bin").mkdir(parents=True)
+    missing = subprocess.run(entry, env=base, capture_output=True, text=True, check=False)
+    assert missing.returncode == 1 and "without the rpc variant" in missing.stderr
+    rpc = tmp_path / "root" / "bin" / "ggml-rpc-server"
+    rpc.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    rpc.chmod(0o755)
+    ran = subprocess.run([*entry, "-d", "CPU"], env=base, capture_output=True, text=True)
+    assert ran.stdout.split() == ["-p", "50052", "-H", "0.0.0.0", "-d", "CPU"]
+    assert "no authentication and no encryption" in ran.stderr
+    ran = subprocess.run([*entry, "-H", "10.0.0.2", "-p", "7"], env=base, capture_output=True)
+    assert ran.stdout.decode().split() == ["-H", "10.0.0.2", "-p", "7"]

@@ -64,6 +64,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "docker bake": ("llamaspec docker bake",),
     "docker base": ("llamaspec docker base",),
     "docker size": ("llamaspec docker size localhost/llamaspec:llama.cpp-cpu",),
+    "rpc": ("llamaspec rpc serve --host 10.0.0.2", "llamaspec rpc check 10.0.0.2:50052"),
+    "rpc serve": (
+        "llamaspec rpc serve --host 10.0.0.2 --port 50052 --device CPU",
+        "llamaspec rpc serve --host 0.0.0.0 --allow-all-interfaces",
+    ),
+    "rpc study": ("llamaspec rpc study --artifact llamacpp-vulkan --rtt 0 --rtt 1 --rtt 5",),
+    "rpc check": ("llamaspec rpc check 10.0.0.2:50052 --artifact llamacpp-vulkan",),
     "doctor": ("llamaspec doctor", "llamaspec doctor --backend vulkan --fix-vulkan-headers"),
     "cuda-compile-check": ("llamaspec cuda-compile-check --engine ik_llama.cpp --source pypi",),
     "gpu-acceptance": (

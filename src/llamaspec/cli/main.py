@@ -16,6 +16,7 @@ from llamaspec.cli import examples, options
 from llamaspec.cli import gpu as cli_gpu
 from llamaspec.cli import models as cli_models
 from llamaspec.cli import patches as cli_patches
+from llamaspec.cli import rpc as cli_rpc
 from llamaspec.cli import verify as cli_verify
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import default_out
@@ -67,6 +68,7 @@ def make_parser() -> argparse.ArgumentParser:
     cli_docker.add_parsers(sub)
     cli_doctor.add_parsers(sub)
     cli_gpu.add_parsers(sub)
+    cli_rpc.add_parsers(sub)
     examples.attach(parser)
     # users' commands only in the list; maintainers' still parse (and are in the epilog)
     sub._choices_actions = [a for a in sub._choices_actions if a.dest not in MAINTAINER]
@@ -105,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             or cli_docker.dispatch(args, console)
             or cli_doctor.dispatch(args, console)
             or cli_gpu.dispatch(args, console)
+            or cli_rpc.dispatch(args, console)
         ):
             pass
         elif args.command == "build":

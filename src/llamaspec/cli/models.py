@@ -349,7 +349,13 @@ def _serve(args: argparse.Namespace, console: Console) -> None:
     if not args.artifact:
         args.artifact = newest_artifact(args.dist, args.engine)
     files = models.pull(catalog, recipe.pair, root, console)
-    cmd, _ = _command(args, recipe, files.target, files.draft, console)
+    cmd, artifact = _command(args, recipe, files.target, files.draft, console)
+    rpc_hosts = recipe.for_engine(artifact.manifest["engine"]).server.rpc if artifact else ()
+    if artifact is not None and "rpc" in (artifact.manifest.get("variants") or ()) and rpc_hosts:
+        from llamaspec.proof import rpc
+
+        for host, version in rpc.check_hosts(artifact, rpc_hosts).items():
+            console.print(f"serve: rpc host {host} answers, protocol {'.'.join(map(str, version))}")
     console.print(f"serve: {cmd.shell()}")
     console.print(f"serve: listening on http://{args.host}:{args.port} (Ctrl-C stops it)")
     os.execv(cmd.argv[0], list(cmd.argv))

@@ -44,6 +44,7 @@ SERVER_FLAGS: Mapping[str, str] = {
     "ctx_checkpoints": "--ctx-checkpoints",
     "checkpoint_min_step": "--checkpoint-min-step",
     "rpc": "--rpc",
+    "device": "-dev",
 }
 
 
@@ -69,6 +70,9 @@ class Dialect:
     # Flags the engine parses although its --help never lists them (read from its source).
     unlisted: frozenset[str] = frozenset()
     later: str = ""  # what offers more, for refusals
+    # The name the engine gives the device of the i-th `--rpc` server (one device each),
+    # read from its ggml-rpc source: upstream at b11312 says `RPC0`, ik `RPC0[host:port]`.
+    rpc_device: str = "RPC{index}"
 
     @property
     def types(self) -> frozenset[str]:
@@ -143,6 +147,7 @@ DIALECTS: Mapping[str, Dialect] = {
             },
             checkpoints=False,
             unlisted=frozenset({"-ot", "--override-tensor"}),
+            rpc_device="RPC{index}[{endpoint}]",
             later="an ik_llama.cpp pin after its PR #1908 (dialect 'ik-spec-type') stacks "
             "methods with `--spec-type TYPE:key=val`",
         ),
@@ -165,6 +170,7 @@ DIALECTS: Mapping[str, Dialect] = {
             stacks=True,
             params_in_type=True,
             checkpoints=False,
+            rpc_device="RPC{index}[{endpoint}]",
             later="upstream llama.cpp (dialect 'upstream') offers eagle3, ngram-map-k4v and "
             "ngram-cache",
         ),
@@ -305,6 +311,12 @@ def render(
         argv += _opt(SERVER_FLAGS["checkpoint_min_step"], server.checkpoint_min_step)
         if server.rpc:
             argv += [SERVER_FLAGS["rpc"], ",".join(server.rpc)]
+        if server.placement is not None and server.placement.target:
+            names = [rpc_device_name(d, server.rpc, w) for w in server.placement.target]
+            argv += [SERVER_FLAGS["device"], ",".join(n for n in names if n) or "none"]
+        if server.placement is not None and server.placement.draft is not None:
+            where = rpc_device_name(d, server.rpc, server.placement.draft) or "none"
+            spec = spec.model_copy(update={"draft_device": where})
     argv += _spec(d, spec, draft, subject, notes)
     if server is not None:
         argv += list(server.extra)
@@ -319,6 +331,16 @@ def render(
     if rpc_build is False:
         argv = _drop(argv, RPC_ONLY, notes, "the build has no RPC (build with --variant rpc)")
     return Rendered(tuple(argv), tuple(notes))
+
+
+def rpc_device_name(d: Dialect, rpc: Sequence[str], where: str) -> str | None:
+    """A placement entry as dialect `d` names the device: an rpc endpoint → that server's
+    device, `local` → None (the host CPU, which is no offload device), a device name as is."""
+    if where == "local":
+        return None
+    if where in rpc:
+        return d.rpc_device.format(index=list(rpc).index(where), endpoint=where)
+    return where
 
 
 def _spec(
