@@ -20,9 +20,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s = rs.add_parser(
         "serve",
         help="run the artifact's rpc-server (foreground), bound to one address",
-        description="Runs the artifact's own rpc-server. The RPC protocol has no "
-        "authentication or encryption: it binds 127.0.0.1 unless --host names an address, "
-        "and every interface only with --allow-all-interfaces.",
+        description="Runs the artifact's own rpc-server. The RPC protocol has no authentication\n"
+        "or encryption: it binds 127.0.0.1 unless --host names an address, and every\n"
+        "interface only with --allow-all-interfaces.",
     )
     s.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest rpc one")
     s.add_argument("--dist", type=Path, default=default_out("dist"))
