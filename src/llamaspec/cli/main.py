@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +40,7 @@ MAINTAINER = (
     "cuda-compile-check",
     "gpu-acceptance",
 )
+LOG_WIDTH = 200  # the width of tables written to a file or pipe
 MAINT_HELP = (
     "maintainer commands (also as `llamaspec maint COMMAND`; each has --help): "
     + ", ".join(MAINTAINER)
@@ -96,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     procs.install_signal_handlers()
     console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = LOG_WIDTH  # a log keeps whole tables (rich assumes 80 columns)
     try:
         options.settle_patch_source(args)
         if (
