@@ -25,11 +25,16 @@ def write_gguf(
     add_bos: bool = True,
     add_eos: bool = False,
     payload_bytes: int = 4096,
+    arch: str = "llama",
+    basename: str | None = None,
 ) -> Path:
-    """A GGUF with tokenizer metadata and one filler tensor of `payload_bytes`."""
+    """A GGUF with tokenizer metadata and one filler tensor of `payload_bytes` (as many
+    parameters, int8)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    w = GGUFWriter(str(path), arch="llama")
+    w = GGUFWriter(str(path), arch=arch)
     w.add_name(path.stem)
+    if basename:
+        w.add_basename(basename)
     w.add_tokenizer_model(model)
     w.add_token_list(tokens)
     w.add_token_scores([0.0] * len(tokens))

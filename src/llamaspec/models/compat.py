@@ -42,6 +42,9 @@ class TokenizerInfo:
     add_eos: bool | None
     mtp_layers: int | None = None  # `<arch>.nextn_predict_layers`
     nextn_tensors: int = 0  # tensors with `nextn` in their name
+    params: int = 0  # parameters: the elements of every tensor (from the tensor infos)
+    basename: str = ""  # `general.basename` (e.g. "gemma-3"), the model family's name
+    size_label: str = ""  # `general.size_label` (e.g. "270M")
 
     @property
     def n_vocab(self) -> int:
@@ -78,6 +81,8 @@ _WANTED = {
     Keys.Tokenizer.EOS_ID,
     Keys.Tokenizer.ADD_BOS,
     Keys.Tokenizer.ADD_EOS,
+    Keys.General.BASENAME,
+    Keys.General.SIZE_LABEL,
 }
 
 
@@ -151,13 +156,16 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
             vtype = int(cur.take("I"))  # type: ignore[call-overload]
             keep = key in _WANTED or str(key).endswith(MTP_LAYERS_SUFFIX)
             kv[key] = cur.value(vtype, keep)  # type: ignore[index]
-        nextn = 0
+        nextn = params = 0
         for _ in range(n_tensors):  # tensor infos: name, n_dims, dims, type, offset
             tensor = cur.string() or ""
             n_dims = int(cur.take("I"))  # type: ignore[call-overload]
             if n_dims > 16:
                 raise ValueError(f"tensor {tensor!r} claims {n_dims} dimensions")
-            cur.pos += 8 * n_dims
+            elements = 1
+            for _ in range(n_dims):
+                elements *= int(cur.take("Q"))  # type: ignore[call-overload]
+            params += elements
             cur.take("I")
             cur.take("Q")
             nextn += "nextn" in tensor
@@ -175,6 +183,9 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
         add_eos=_bool(kv.get(Keys.Tokenizer.ADD_EOS)),
         mtp_layers=_int(layers[0]) if layers else None,
         nextn_tensors=nextn,
+        params=params,
+        basename=str(kv.get(Keys.General.BASENAME) or ""),
+        size_label=str(kv.get(Keys.General.SIZE_LABEL) or ""),
     )
 
 
