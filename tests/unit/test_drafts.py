@@ -74,3 +74,29 @@ def test_local_and_malformed_targets(tmp_path: Path) -> None:
     ):
         with pytest.raises(LlamaspecError, match=says):
             drafts.resolve_target(bad, ModelsFile())
+
+
+def test_memory_estimate_reads_the_kv_shape_from_the_header(tmp_path: Path) -> None:
+    from llamaspec.proof import draft_measure as dm
+
+    info = compat.TokenizerInfo(
+        "t", "gemma3", "llama", (), None, None, None, None,
+        shape=(("block_count", 18), ("attention.head_count", 4),
+               ("attention.head_count_kv", 1), ("attention.key_length", 256)),
+    )  # fmt: skip
+    assert dm.kv_cache(info, 2048) == 2 * 18 * 1 * (256 + 256) * 2048
+    bare = compat.TokenizerInfo("d", "x", "llama", (), None, None, None, None)
+    assert dm.kv_cache(bare, 2048) is None
+    target = drafts.Source(None, "t.gguf", 1000)
+    c = drafts.Candidate(drafts.Source("o/d", "d.gguf", 100), info=bare)
+    n = dm.need(target, info, c, 2048)
+    # the draft without shape keys: its cache is assumed as large as its weights
+    assert n.total == 1000 + dm.kv_cache(info, 2048) + 100 + 100 + 2 * dm.COMPUTE_ALLOWANCE
+    assert "draft 100B + KV 100B" in n.detail
+    assert dm.handle("Gemma-3 270M/Q4") == "gemma-3-270m-q4"
+
+
+def test_measure_options_need_measure() -> None:
+    from llamaspec.cli.main import main
+
+    assert main(["draft", "find", "x.gguf", "--memory", "4"]) == 2

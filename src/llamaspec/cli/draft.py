@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import shared
+from llamaspec.errors import LlamaspecError
+from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,6 +41,34 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="TERM",
         help="search the Hub for TERM too (repeatable), e.g. a published draft's name",
     )
+    m = f.add_argument_group("measuring (--measure)")
+    m.add_argument(
+        "--measure",
+        action="store_true",
+        help="download the top compatible drafts that fit --memory, check and time them on "
+        "your build, write the winner as recipes/<target>-draft.yaml",
+    )
+    m.add_argument(
+        "--memory",
+        type=float,
+        metavar="GIB",
+        help="memory for target + draft + KV cache, in GiB (default: this machine's RAM)",
+    )
+    m.add_argument(
+        "--ctx",
+        type=shared.positive,
+        metavar="N",
+        help="context the memory estimate and the recipe use (default 4096)",
+    )
+    m.add_argument(
+        "--top",
+        type=shared.positive,
+        metavar="K",
+        help="measure at most K drafts, best ranked first (default 2)",
+    )
+    m.add_argument("--reports", type=Path, help="where the report goes (default: reports/)")
+    m.add_argument("--artifact", help="artifact id (or prefix) to measure on; default: newest")
+    m.add_argument("--dist", type=Path, help="where artifacts are (default: dist/)")
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
@@ -46,6 +78,15 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     from llamaspec.models import drafts, recipes
     from llamaspec.paths import project_root
 
+    measuring = ("memory", "ctx", "top", "reports", "artifact", "dist")
+    given = [f"--{o}" for o in measuring if getattr(args, o) is not None]
+    if given and not args.measure:
+        raise LlamaspecError(
+            f"{', '.join(given)} shape(s) a measurement: add --measure (or drop them to only "
+            "search and rank)."
+        )
+    if args.memory is not None and args.memory <= 0:
+        raise LlamaspecError(f"--memory {args.memory:g} is not a size in GiB above 0.")
     root = project_root()
     catalog = config.load_models(root)
     known = recipes.load_all(root, lambda _m: None)
@@ -68,4 +109,24 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     )
     if not compatible:
         console.print(drafts.no_draft_advice(found, catalog, known))
+    if args.measure:
+        from llamaspec.engine import build
+        from llamaspec.proof import draft_measure
+
+        dist = args.dist or default_out("dist")
+        artifact = build.load_artifact(dist, args.artifact or build.newest_artifact(dist))
+        memory = args.memory or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        path = draft_measure.measure(
+            found,
+            artifact,
+            console,
+            memory_gb=memory,
+            ctx=args.ctx or 4096,
+            top=args.top or 2,
+            reports=args.reports or default_out("reports"),
+        )
+        console.print(
+            f"draft measure: wrote {path} (models and pair in your models.yaml); check it with "
+            f"`llamaspec verify --recipe {path.stem}`"
+        )
     return True

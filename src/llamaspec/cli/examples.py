@@ -46,7 +46,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "draft": (
         "llamaspec draft find ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF",
-        "llamaspec draft find gemma3-270m-q4_k_m",
+        "llamaspec draft find gemma3-270m-q4_k_m --measure --memory 4",
     ),
     "draft find": (
         "llamaspec draft find unsloth/Qwen3-32B-GGUF:Qwen3-32B-Q4_K_M.gguf",

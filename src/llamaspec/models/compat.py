@@ -26,6 +26,15 @@ VOCAB_CHECK_START_TOKEN_ID = 5
 FIRST_READ = 4 << 20
 MAX_HEADER = 256 << 20
 MTP_LAYERS_SUFFIX = ".nextn_predict_layers"
+# `<arch>.…` keys that size the KV cache (a memory estimate reads them)
+SHAPE_KEYS = (
+    "block_count",
+    "embedding_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,12 @@ class TokenizerInfo:
     params: int = 0  # parameters: the elements of every tensor (from the tensor infos)
     basename: str = ""  # `general.basename` (e.g. "gemma-3"), the model family's name
     size_label: str = ""  # `general.size_label` (e.g. "270M")
+    shape: tuple[tuple[str, int], ...] = ()  # `<arch>.block_count`, head counts, lengths
+
+    def dim(self, key: str) -> int | None:
+        """`<arch>.<key>` (e.g. `block_count`, `attention.head_count_kv`), where the header
+        has it."""
+        return dict(self.shape).get(key)
 
     @property
     def n_vocab(self) -> int:
@@ -154,7 +169,11 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
         for _ in range(n_kv):
             key = cur.string()
             vtype = int(cur.take("I"))  # type: ignore[call-overload]
-            keep = key in _WANTED or str(key).endswith(MTP_LAYERS_SUFFIX)
+            keep = (
+                key in _WANTED
+                or str(key).endswith(MTP_LAYERS_SUFFIX)
+                or str(key).partition(".")[2] in SHAPE_KEYS
+            )
             kv[key] = cur.value(vtype, keep)  # type: ignore[index]
         nextn = params = 0
         for _ in range(n_tensors):  # tensor infos: name, n_dims, dims, type, offset
@@ -172,6 +191,12 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
     except (ValueError, UnicodeDecodeError) as exc:
         raise LlamaspecError(f"{name} has a corrupt GGUF header: {exc}.") from None
     layers = [v for k, v in kv.items() if k.endswith(MTP_LAYERS_SUFFIX) and v is not None]
+    arch = str(kv.get(Keys.General.ARCHITECTURE) or "?")
+    shape = tuple(
+        (k, _int(kv.get(f"{arch}.{k}")))
+        for k in SHAPE_KEYS
+        if isinstance(kv.get(f"{arch}.{k}"), int)
+    )
     return TokenizerInfo(
         name=name,
         arch=str(kv.get(Keys.General.ARCHITECTURE) or "?"),
@@ -186,6 +211,7 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
         params=params,
         basename=str(kv.get(Keys.General.BASENAME) or ""),
         size_label=str(kv.get(Keys.General.SIZE_LABEL) or ""),
+        shape=shape,  # type: ignore[arg-type]
     )
 
 
