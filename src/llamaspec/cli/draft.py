@@ -116,6 +116,10 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         dist = args.dist or default_out("dist")
         artifact = build.load_artifact(dist, args.artifact or build.newest_artifact(dist))
         memory = args.memory or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        reports = args.reports or default_out("reports")
+        if not compatible:
+            console.print(draft_measure.ngram(found, artifact, console, reports))
+            return True
         path = draft_measure.measure(
             found,
             artifact,
@@ -123,7 +127,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             memory_gb=memory,
             ctx=args.ctx or 4096,
             top=args.top or 2,
-            reports=args.reports or default_out("reports"),
+            reports=reports,
         )
         console.print(
             f"draft measure: wrote {path} (models and pair in your models.yaml); check it with "

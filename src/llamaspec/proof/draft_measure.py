@@ -112,16 +112,13 @@ def measure(
     top: int,
     reports: Path,
     out_dir: Path | None = None,
-) -> Path:
+) -> Path | None:
     """Measure the top `top` compatible drafts that fit `memory_gb`; write the winner's
-    recipe and the models and pair it names; return the recipe's path."""
+    recipe and the models and pair it names; return the recipe's path (None: no compatible
+    draft; `ngram` measures the draft-free alternative then)."""
     compatible = [c for c in found.candidates if c.ok]
     if not compatible:
-        raise LlamaspecError(
-            f"--measure needs a compatible draft, and none was found for {found.target.label}. "
-            "Measure the draft-free n-gram speculation instead: `llamaspec bench --target "
-            f"{found.target.path or '<the target file>'} --spec ngram-mod`."
-        )
+        return None
     budget = int(memory_gb * (1 << 30))
     needs = {c.source.label: need(found.target, found.info, c, ctx) for c in compatible}
     console.print(f"draft measure: assumed {ASSUMED}")
@@ -142,40 +139,21 @@ def measure(
             f"({n.detail}) of {memory_gb:g} GiB"
         )
     target_path, target_dl = _pull(found.target, console)
-    dialect = dialects.dialect_for(artifact, console.print)
-    help_text = dialects.server_help(artifact.server)
     checked_on, checked_what = tune.check_model(target_path, console)
-    w = workloads.select([WORKLOAD])[0]
     logs = reports / f"draft-{handle(Path(found.target.file).stem)}-{artifact.id}-logs"
     results: list[Measured] = []
     for i, c in enumerate(fitting):
         path, dl = _pull(c.source, console)
-        recipe = tune.adhoc_recipe(target_path, path, ["draft"], DRAFT_N_MAX)
-        p = tune.recipe_plan(
-            artifact, recipe, target_path, path, console, dialect=dialect, help_text=help_text
-        )
-        check = verify.fast_check(
-            artifact, dialect, checked_on, list(p.spec_args), console, logs / f"check-{i}"
-        )
-        if not check.passed:
-            console.print(f"draft measure: {c.source.label} refused by the check: {check.detail}")
-            results.append(Measured(c, path, dl, False, check.detail))
+        t = _time(artifact, target_path, path, ["draft"], checked_on, logs, f"draft-{i}", console)
+        if not t.check.passed:
+            console.print(f"draft measure: {c.source.label} refused by the check: {t.check.detail}")
+            results.append(Measured(c, path, dl, False, t.check.detail))
             continue
-        plain_args = [*bench.with_slots(p.plain_args, 1), "--metrics"]
-        with running(artifact.server, plain_args, logs / f"plain-{i}.log") as srv:
-            plain = bench.run(srv, w, 1)
-        with running(artifact.server, [*plain_args, *p.spec_args], logs / f"spec-{i}.log") as srv:
-            spec = bench.run(srv, w, 1)
-        speed = spec.tokens_per_second / plain.tokens_per_second if plain.tokens_per_second else 0
-        console.print(
-            f"draft measure: {c.source.label}: {check.detail}; {WORKLOAD} "
-            f"{plain.tokens_per_second:.1f} → {spec.tokens_per_second:.1f} tok/s ({speed:.2f}×), "
-            f"{spec.accepted}/{spec.drafted} drafted tokens accepted"
-        )
+        console.print(f"draft measure: {c.source.label}: {t.line}")
         results.append(
             Measured(
-                c, path, dl, True, check.detail, round(speed, 3),
-                plain.tokens_per_second, spec.tokens_per_second, (spec.accepted, spec.drafted),
+                c, path, dl, True, t.check.detail, t.speedup, t.plain_tps, t.spec_tps,
+                t.accepted,
             )
         )  # fmt: skip
     passed = [r for r in results if r.passed]
@@ -188,6 +166,78 @@ def measure(
     best = max(passed, key=lambda r: r.speedup)
     md = report(found, artifact, results, best, checked_what, ctx, reports, logs.name[:-5])
     return write(found, artifact, best, target_dl, ctx, checked_what, out_dir, md)
+
+
+@dataclass(frozen=True)
+class Timing:
+    check: verify.FastCheck
+    plain_tps: float = 0.0
+    spec_tps: float = 0.0
+    accepted: tuple[int, int] = (0, 0)
+
+    @property
+    def speedup(self) -> float:
+        return round(self.spec_tps / self.plain_tps, 3) if self.plain_tps else 0.0
+
+    @property
+    def line(self) -> str:
+        return (
+            f"{self.check.detail}; {WORKLOAD} {self.plain_tps:.1f} → {self.spec_tps:.1f} tok/s "
+            f"({self.speedup:.2f}×), {self.accepted[0]}/{self.accepted[1]} drafted tokens "
+            "accepted"
+        )
+
+
+def _time(
+    artifact: Artifact,
+    target: Path,
+    draft: Path | None,
+    types: list[str],
+    checked_on: Path,
+    logs: Path,
+    tag: str,
+    console: Console,
+) -> Timing:
+    """Verify's fast equivalence check, then (if it passed) one `copy` run on a plain
+    server and one on the speculative server, on this build."""
+    dialect = dialects.dialect_for(artifact, lambda _m: None)
+    help_text = dialects.server_help(artifact.server)
+    recipe = tune.adhoc_recipe(target, draft, types, DRAFT_N_MAX if draft else None)
+    p = tune.recipe_plan(
+        artifact, recipe, target, draft, console, dialect=dialect, help_text=help_text
+    )
+    check = verify.fast_check(
+        artifact, dialect, checked_on, list(p.spec_args), console, logs / f"check-{tag}"
+    )
+    if not check.passed:
+        return Timing(check)
+    w = workloads.select([WORKLOAD])[0]
+    plain_args = [*bench.with_slots(p.plain_args, 1), "--metrics"]
+    with running(artifact.server, plain_args, logs / f"plain-{tag}.log") as srv:
+        plain = bench.run(srv, w, 1)
+    with running(artifact.server, [*plain_args, *p.spec_args], logs / f"spec-{tag}.log") as srv:
+        spec = bench.run(srv, w, 1)
+    return Timing(
+        check, plain.tokens_per_second, spec.tokens_per_second, (spec.accepted, spec.drafted)
+    )
+
+
+def ngram(found: drafts.Found, artifact: Artifact, console: Console, reports: Path) -> str:
+    """No draft fits: measure draft-free `ngram-mod` on the target instead, one paragraph."""
+    target_path, _ = _pull(found.target, console)
+    checked_on, checked_what = tune.check_model(target_path, console)
+    logs = reports / f"draft-{handle(Path(found.target.file).stem)}-{artifact.id}-logs"
+    t = _time(artifact, target_path, None, ["ngram-mod"], checked_on, logs, "ngram", console)
+    if not t.check.passed:
+        return (
+            f"Draft-free ngram-mod on {artifact.id} failed the fast equivalence check on "
+            f"{checked_what} ({t.check.detail}); see the logs in {logs}."
+        )
+    return (
+        f"Measured instead, without a draft model: ngram-mod on {artifact.id}: {t.line} "
+        f"(fast check on {checked_what}). Use it with a recipe whose spec is `types: "
+        "[ngram-mod]` (e.g. `llamaspec recipe show gemma3-270m-ngram-tuned` for the form)."
+    )
 
 
 def report(
@@ -286,7 +336,7 @@ def write(
     where = out_dir or (writable_root(project_root()) / "recipes")
     where.mkdir(parents=True, exist_ok=True)
     out = where / f"{name}.yaml"
-    header = f"# Written by `llamaspec draft find {target.label} --measure`; measured.\n"
+    header = f"# Written by `llamaspec draft find {target.handle or target.label} --measure`.\n"
     out.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     return out
 
