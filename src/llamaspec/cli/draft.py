@@ -74,6 +74,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command != "draft":
         return False
+    from rich.markup import escape
+
     from llamaspec import config
     from llamaspec.models import drafts, recipes
     from llamaspec.paths import project_root
@@ -101,14 +103,14 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     )
     console.print(drafts.table(found))
     for s in found.skipped:
-        console.print(f"skipped: {s}", style="dim")
+        console.print(escape(f"skipped: {s}"), style="dim")
     compatible = [c for c in found.candidates if c.ok]
     console.print(
         f"draft find: {found.searched} repo(s) found, {len(found.candidates)} header(s) read, "
         f"{len(compatible)} compatible."
     )
     if not compatible:
-        console.print(drafts.no_draft_advice(found, catalog, known))
+        console.print(escape(drafts.no_draft_advice(found, catalog, known)))
     if args.measure:
         from llamaspec.engine import build
         from llamaspec.proof import draft_measure
@@ -118,7 +120,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         memory = args.memory or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
         reports = args.reports or default_out("reports")
         if not compatible:
-            console.print(draft_measure.ngram(found, artifact, console, reports))
+            console.print(escape(draft_measure.ngram(found, artifact, console, reports)))
             return True
         path = draft_measure.measure(
             found,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import huggingface_hub as hf
 from huggingface_hub import errors as hf_errors
+from rich.markup import escape
 from rich.table import Table
 
 from llamaspec.config import ModelFile, ModelsFile, Recipe
@@ -347,7 +348,7 @@ def verdict_text(c: Candidate) -> str:
 def table(found: Found) -> Table:
     info = found.info
     t = Table(
-        title=f"drafts for {found.target.label} ({human(info.params)} parameters, vocab "
+        title=f"drafts for {escape(found.target.label)} ({human(info.params)} parameters, vocab "
         f"{info.vocab_type} {info.n_vocab}; searched {', '.join(found.terms)})",
         caption="ranked: compatible and smaller first, nearest 1/16 of the target's parameters; "
         "then refused (the first rule the engine would fail). ratio = draft ÷ target "
@@ -368,8 +369,8 @@ def table(found: Found) -> Table:
         ratio = c.ratio(info)
         t.add_row(
             str(i),
-            c.source.label,
-            verdict_text(c),
+            escape(c.source.label),
+            escape(verdict_text(c)),
             human(c.info.params) if c.info else "?",
             f"{ratio:.3f}" if ratio is not None else "?",
             human(c.source.size, "B"),
