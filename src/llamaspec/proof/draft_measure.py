@@ -314,8 +314,8 @@ def write(
     m = artifact.manifest
     data = {
         "pair": pair,
-        "description": f"{d.source.label} drafting for {target.label}, found and measured by "
-        "`llamaspec draft find --measure`.",
+        "description": f"{d.source.label} drafting for {target.handle or target.label}, found "
+        "and measured by `llamaspec draft find --measure`.",
         "spec": {"types": ["draft"], "draft_n_max": DRAFT_N_MAX},
         "server": {"ctx": ctx, "parallel": 1},
         "measured": {
