@@ -3,7 +3,11 @@
 The real `huggingface_hub` client talks to it through `HF_ENDPOINT`: `HEAD/GET
 /{repo}/resolve/{revision}/{path}` answers like the hub for LFS files (a redirect to a
 content URL with `X-Repo-Commit`, `X-Linked-Etag` = sha256 and `X-Linked-Size`), errors
-carry the hub's `X-Error-Code`, and content URLs honour `Range`. Knobs for tests: gated
+carry the hub's `X-Error-Code`, and content URLs honour `Range`. The model search
+(`GET /api/models?search=&filter=&sort=&limit=`, what `HfApi.list_models` calls: a
+case-insensitive substring of the repo id, ordered by
+downloads) and the file listing (`GET /api/models/{repo}/tree/{revision}`, what
+`HfApi.list_repo_tree` calls) answer too. Knobs for tests: gated
 repos, a throttle, a one-off dropped connection, a lying etag or size. Every request is
 logged with its Range header and the bytes sent.
 """
@@ -11,12 +15,14 @@ logged with its Range header and the bytes sent.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 GOOD_TOKEN = "hf_test_token"
 
@@ -34,6 +40,8 @@ class Repo:
     commit: str
     files: dict[str, HubFile] = field(default_factory=dict)
     gated: bool = False
+    downloads: int = 0
+    tags: tuple[str, ...] = ("gguf",)
 
 
 @dataclass
@@ -73,11 +81,14 @@ class Hub:
         gated: bool = False,
         etag: str | None = None,
         size: int | None = None,
+        downloads: int | None = None,
     ) -> HubFile:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         commit = hashlib.sha1(repo.encode()).hexdigest()
         entry = self.repos.setdefault(repo, Repo(commit))
         entry.gated = entry.gated or gated
+        if downloads is not None:
+            entry.downloads = downloads
         f = HubFile(path, digest, etag or digest, size or path.stat().st_size)
         entry.files[filename] = f
         return f
@@ -95,6 +106,7 @@ class Hub:
 
 
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
+_TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)/?$")
 
 
 def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
@@ -120,7 +132,67 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             hub.log.append(Logged(self.command, self.path, self.headers.get("Range"), 0))
 
+        def _json(self, data: object, body: bool) -> None:
+            raw = json.dumps(data).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            if body:
+                self.wfile.write(raw)
+            hub.log.append(Logged(self.command, self.path, None, len(raw)))
+
+        def _search(self, body: bool) -> None:
+            query = parse_qs(urlsplit(self.path).query)
+            term = (query.get("search") or [""])[0].lower()
+            wanted = set(query.get("filter") or ())
+            found = [
+                (name, repo)
+                for name, repo in hub.repos.items()
+                if term in name.lower() and wanted <= set(repo.tags)
+            ]
+            if (query.get("sort") or [""])[0] == "downloads":
+                found.sort(key=lambda item: -item[1].downloads)
+            limit = int((query.get("limit") or ["1000"])[0])
+            models = [
+                {
+                    "id": name,
+                    "_id": repo.commit[:24],
+                    "modelId": name,
+                    "downloads": repo.downloads,
+                    "tags": list(repo.tags),
+                    "private": False,
+                    "gated": repo.gated and "auto",
+                }
+                for name, repo in found[:limit]
+            ]
+            self._json(models, body)
+
+        def _tree(self, m: re.Match, body: bool) -> None:
+            repo = hub.repos.get(m["repo"])
+            if repo is None:
+                return self._error(401, "RepoNotFound", "Repository Not Found")
+            if m["rev"] not in ("main", repo.commit):
+                return self._error(404, "RevisionNotFound", "Invalid rev id")
+            listing = [
+                {
+                    "type": "file",
+                    "oid": hashlib.sha1(f.sha256.encode()).hexdigest(),
+                    "size": f.size,
+                    "path": name,
+                    "lfs": {"oid": f.sha256, "size": f.size, "pointerSize": 134},
+                }
+                for name, f in sorted(repo.files.items())
+            ]
+            self._json(listing, body)
+
         def _route(self, body: bool) -> None:
+            plain = self.path.split("?")[0]
+            if plain == "/api/models":
+                return self._search(body)
+            tree = _TREE.match(plain)
+            if tree:
+                return self._tree(tree, body)
             if self.path.startswith("/cdn/"):
                 return self._content(self.path.removeprefix("/cdn/"), body)
             m = _RESOLVE.match(self.path.split("?")[0])

@@ -44,6 +44,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llamaspec models pull qwen2.5-coder-7b",
         "llamaspec models pull gemma3-270m-ngram --local-dir ./models",
     ),
+    "draft": (
+        "llamaspec draft find ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF",
+        "llamaspec draft find gemma3-270m-q4_k_m --measure --memory 4",
+    ),
+    "draft find": (
+        "llamaspec draft find unsloth/Qwen3-32B-GGUF:Qwen3-32B-Q4_K_M.gguf",
+        "llamaspec draft find ./my-model.gguf --search DRAFT --limit 40",
+    ),
     "recipe": ("llamaspec recipe list", "llamaspec recipe show gemma3-270m-ngram-tuned"),
     "recipe list": ("llamaspec recipe list",),
     "recipe show": (

@@ -13,6 +13,7 @@ from llamaspec.cli import bench as cli_bench
 from llamaspec.cli import bump as cli_bump
 from llamaspec.cli import docker as cli_docker
 from llamaspec.cli import doctor as cli_doctor
+from llamaspec.cli import draft as cli_draft
 from llamaspec.cli import examples, options
 from llamaspec.cli import gpu as cli_gpu
 from llamaspec.cli import models as cli_models
@@ -67,6 +68,7 @@ def make_parser() -> argparse.ArgumentParser:
     cli_patches.add_parsers(sub)
     cli_bump.add_parsers(sub)
     cli_models.add_parsers(sub)
+    cli_draft.add_parsers(sub)
     cli_docker.add_parsers(sub)
     cli_doctor.add_parsers(sub)
     cli_gpu.add_parsers(sub)
@@ -108,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             or cli_patches.dispatch(args, console)
             or cli_bump.dispatch(args, console)
             or cli_models.dispatch(args, console)
+            or cli_draft.dispatch(args, console)
             or cli_docker.dispatch(args, console)
             or cli_doctor.dispatch(args, console)
             or cli_gpu.dispatch(args, console)

@@ -26,6 +26,15 @@ VOCAB_CHECK_START_TOKEN_ID = 5
 FIRST_READ = 4 << 20
 MAX_HEADER = 256 << 20
 MTP_LAYERS_SUFFIX = ".nextn_predict_layers"
+# `<arch>.…` keys that size the KV cache (a memory estimate reads them)
+SHAPE_KEYS = (
+    "block_count",
+    "embedding_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,15 @@ class TokenizerInfo:
     add_eos: bool | None
     mtp_layers: int | None = None  # `<arch>.nextn_predict_layers`
     nextn_tensors: int = 0  # tensors with `nextn` in their name
+    params: int = 0  # parameters: the elements of every tensor (from the tensor infos)
+    basename: str = ""  # `general.basename` (e.g. "gemma-3"), the model family's name
+    size_label: str = ""  # `general.size_label` (e.g. "270M")
+    shape: tuple[tuple[str, int], ...] = ()  # `<arch>.block_count`, head counts, lengths
+
+    def dim(self, key: str) -> int | None:
+        """`<arch>.<key>` (e.g. `block_count`, `attention.head_count_kv`), where the header
+        has it."""
+        return dict(self.shape).get(key)
 
     @property
     def n_vocab(self) -> int:
@@ -78,6 +96,8 @@ _WANTED = {
     Keys.Tokenizer.EOS_ID,
     Keys.Tokenizer.ADD_BOS,
     Keys.Tokenizer.ADD_EOS,
+    Keys.General.BASENAME,
+    Keys.General.SIZE_LABEL,
 }
 
 
@@ -149,21 +169,34 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
         for _ in range(n_kv):
             key = cur.string()
             vtype = int(cur.take("I"))  # type: ignore[call-overload]
-            keep = key in _WANTED or str(key).endswith(MTP_LAYERS_SUFFIX)
+            keep = (
+                key in _WANTED
+                or str(key).endswith(MTP_LAYERS_SUFFIX)
+                or str(key).partition(".")[2] in SHAPE_KEYS
+            )
             kv[key] = cur.value(vtype, keep)  # type: ignore[index]
-        nextn = 0
+        nextn = params = 0
         for _ in range(n_tensors):  # tensor infos: name, n_dims, dims, type, offset
             tensor = cur.string() or ""
             n_dims = int(cur.take("I"))  # type: ignore[call-overload]
             if n_dims > 16:
                 raise ValueError(f"tensor {tensor!r} claims {n_dims} dimensions")
-            cur.pos += 8 * n_dims
+            elements = 1
+            for _ in range(n_dims):
+                elements *= int(cur.take("Q"))  # type: ignore[call-overload]
+            params += elements
             cur.take("I")
             cur.take("Q")
             nextn += "nextn" in tensor
     except (ValueError, UnicodeDecodeError) as exc:
         raise LlamaspecError(f"{name} has a corrupt GGUF header: {exc}.") from None
     layers = [v for k, v in kv.items() if k.endswith(MTP_LAYERS_SUFFIX) and v is not None]
+    arch = str(kv.get(Keys.General.ARCHITECTURE) or "?")
+    shape = tuple(
+        (k, _int(kv.get(f"{arch}.{k}")))
+        for k in SHAPE_KEYS
+        if isinstance(kv.get(f"{arch}.{k}"), int)
+    )
     return TokenizerInfo(
         name=name,
         arch=str(kv.get(Keys.General.ARCHITECTURE) or "?"),
@@ -175,6 +208,10 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
         add_eos=_bool(kv.get(Keys.Tokenizer.ADD_EOS)),
         mtp_layers=_int(layers[0]) if layers else None,
         nextn_tensors=nextn,
+        params=params,
+        basename=str(kv.get(Keys.General.BASENAME) or ""),
+        size_label=str(kv.get(Keys.General.SIZE_LABEL) or ""),
+        shape=shape,  # type: ignore[arg-type]
     )
 
 

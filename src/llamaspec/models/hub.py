@@ -413,3 +413,8 @@ def download(name: str, model: ModelFile, locked: dict | None, console: Console)
             paths.append(_fetch(remote, want, console))  # type: ignore[arg-type]
     digests = [sha256_of(p, console.print) for p in paths]
     return Downloaded(tuple(paths), commit, tuple(digests))
+
+
+def token() -> str | None:
+    """The Hub token in use (HF_TOKEN, else the one `hf auth login` stored), or None."""
+    return _token()

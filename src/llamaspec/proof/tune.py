@@ -745,7 +745,7 @@ def _write_report(report: dict, reports: Path, stem: str) -> Path:
     return path
 
 
-def _relative(path: Path) -> str:
+def relative(path: Path) -> str:
     root = project_root().resolve()
     try:
         return str(path.resolve().relative_to(root))
@@ -794,7 +794,7 @@ def write_recipe(
         "date": dt.date.today().isoformat(),
         "result": f"{speedups} over plain in passes 1/2 (score {winner['final_score']:.2f}x "
         "over both)",
-        "report": _relative(report_md),
+        "report": relative(report_md),
     }
     config.parse(config.Recipe, {"name": name, **data}, f"the tuned recipe {name}")
     where = out_dir or (writable_root(project_root()) / "recipes")

@@ -1,0 +1,138 @@
+"""`llamaspec draft find TARGET`: which draft models fit a target, and why others do not."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from llamaspec.cli import shared
+from llamaspec.errors import LlamaspecError
+from llamaspec.paths import default_out
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    d = sub.add_parser("draft", help="find a draft model for any target, checked and ranked")
+    dsub = d.add_subparsers(dest="draft_command", required=True)
+    f = dsub.add_parser(
+        "find",
+        help="search the Hub for drafts that fit TARGET, judged from GGUF headers",
+        description="Read TARGET's GGUF header (range requests, no download), search the Hub "
+        "for GGUF repos of its family, read one header of each, apply the engine's draft "
+        "rules and print the candidates ranked. TARGET: owner/name (its Q8_0 or Q4_K_M GGUF), "
+        "owner/name:file.gguf, a local .gguf, or a model name from `llamaspec models list`.",
+    )
+    f.add_argument("target", metavar="TARGET")
+    f.add_argument(
+        "--limit",
+        type=shared.positive,
+        default=20,
+        metavar="N",
+        help="at most N repos per search term, most downloaded first (default 20)",
+    )
+    f.add_argument(
+        "--search",
+        action="append",
+        default=[],
+        metavar="TERM",
+        help="search the Hub for TERM too (repeatable), e.g. a published draft's name",
+    )
+    m = f.add_argument_group("measuring (--measure)")
+    m.add_argument(
+        "--measure",
+        action="store_true",
+        help="download the top compatible drafts that fit --memory, check and time them on "
+        "your build, write the winner as recipes/<target>-draft.yaml",
+    )
+    m.add_argument(
+        "--memory",
+        type=float,
+        metavar="GIB",
+        help="memory for target + draft + KV cache, in GiB (default: this machine's RAM)",
+    )
+    m.add_argument(
+        "--ctx",
+        type=shared.positive,
+        metavar="N",
+        help="context the memory estimate and the recipe use (default 4096)",
+    )
+    m.add_argument(
+        "--top",
+        type=shared.positive,
+        metavar="K",
+        help="measure at most K drafts, best ranked first (default 2)",
+    )
+    m.add_argument("--reports", type=Path, help="where the report goes (default: reports/)")
+    m.add_argument("--artifact", help="artifact id (or prefix) to measure on; default: newest")
+    m.add_argument("--dist", type=Path, help="where artifacts are (default: dist/)")
+
+
+def dispatch(args: argparse.Namespace, console: Console) -> bool:
+    if args.command != "draft":
+        return False
+    from rich.markup import escape
+
+    from llamaspec import config
+    from llamaspec.models import drafts, recipes
+    from llamaspec.paths import project_root
+
+    measuring = ("memory", "ctx", "top", "reports", "artifact", "dist")
+    given = [f"--{o}" for o in measuring if getattr(args, o) is not None]
+    if given and not args.measure:
+        raise LlamaspecError(
+            f"{', '.join(given)} shape(s) a measurement: add --measure (or drop them to only "
+            "search and rank)."
+        )
+    if args.memory is not None and args.memory <= 0:
+        raise LlamaspecError(f"--memory {args.memory:g} is not a size in GiB above 0.")
+    root = project_root()
+    catalog = config.load_models(root)
+    known = recipes.load_all(root, lambda _m: None)
+    target = drafts.resolve_target(args.target, catalog)
+    found = drafts.find(
+        target,
+        catalog,
+        known,
+        limit=args.limit,
+        extra_terms=args.search,
+        say=lambda m: console.print(m, style="dim"),
+    )
+    console.print(drafts.table(found))
+    for s in found.skipped:
+        console.print(escape(f"skipped: {s}"), style="dim")
+    compatible = [c for c in found.candidates if c.ok]
+    console.print(
+        f"draft find: {found.searched} repo(s) found, {len(found.candidates)} header(s) read, "
+        f"{len(compatible)} compatible."
+    )
+    if not compatible:
+        console.print(escape(drafts.no_draft_advice(found, catalog, known)))
+    if args.measure:
+        from llamaspec.engine import build
+        from llamaspec.proof import draft_measure
+
+        dist = args.dist or default_out("dist")
+        artifact = build.load_artifact(dist, args.artifact or build.newest_artifact(dist))
+        memory = args.memory or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        reports = args.reports or default_out("reports")
+        if not compatible:
+            console.print(escape(draft_measure.ngram(found, artifact, console, reports)))
+            return True
+        path = draft_measure.measure(
+            found,
+            artifact,
+            console,
+            memory_gb=memory,
+            ctx=args.ctx or 4096,
+            top=args.top or 2,
+            reports=reports,
+        )
+        console.print(
+            f"draft measure: wrote {path} (models and pair in your models.yaml); check it with "
+            f"`llamaspec verify --recipe {path.stem}`"
+        )
+    return True
