@@ -102,7 +102,7 @@ def test_find_measure_and_verify_for_the_embedded_model(
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    recipe_path = env.root / "recipes" / f"{EMBEDDED}-draft.yaml"
+    recipe_path = env.root.parent / "config" / "recipes" / f"{EMBEDDED}-draft.yaml"
     assert f"wrote {recipe_path}" in " ".join(out.split())
     recipe = yaml.safe_load(recipe_path.read_text())
     assert recipe["pair"] == f"{EMBEDDED}-draft" and recipe["spec"]["types"] == ["draft"]
@@ -110,6 +110,7 @@ def test_find_measure_and_verify_for_the_embedded_model(
     mine = yaml.safe_load((env.root.parent / "config" / "models.yaml").read_text())
     assert mine["pairs"][f"{EMBEDDED}-draft"]["target"] == EMBEDDED
 
+    # the recipe it wrote passes verify (oracle tier, the built-in prompts, its own flags)
     verified = env.cli(
         "verify", "--recipe", f"{EMBEDDED}-draft", "--dist", dist,
         "--artifact", upstream_artifact.id, "--reports", str(env.root / "reports"),

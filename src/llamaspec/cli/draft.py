@@ -21,10 +21,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     f = dsub.add_parser(
         "find",
         help="search the Hub for drafts that fit TARGET, judged from GGUF headers",
-        description="Read TARGET's GGUF header (range requests, no download), search the Hub "
-        "for GGUF repos of its family, read one header of each, apply the engine's draft "
-        "rules and print the candidates ranked. TARGET: owner/name (its Q8_0 or Q4_K_M GGUF), "
-        "owner/name:file.gguf, a local .gguf, or a model name from `llamaspec models list`.",
+        description="Read TARGET's GGUF header (range requests, no download), search the Hub\n"
+        "for GGUF repos of its family, read one header of each, apply the engine's draft\n"
+        "rules and print the candidates ranked. TARGET: owner/name (its Q8_0 or Q4_K_M\n"
+        "GGUF), owner/name:file.gguf, a local .gguf, or a model name from\n"
+        "`llamaspec models list`.",
     )
     f.add_argument("target", metavar="TARGET")
     f.add_argument(
@@ -46,7 +47,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--measure",
         action="store_true",
         help="download the top compatible drafts that fit --memory, check and time them on "
-        "your build, write the winner as recipes/<target>-draft.yaml",
+        "your build, write the winner as recipes/<target>-draft.yaml in the user config dir",
     )
     m.add_argument(
         "--memory",

@@ -1,5 +1,6 @@
 """`draft find --measure`: pull the best drafts that fit in memory, check and time them on
-the user's build, and write the winner as `recipes/<target>-draft.yaml`.
+the user's build, and write the winner as `recipes/<target>-draft.yaml` in the user config
+dir, beside the `models.yaml` that names its pair.
 
 Memory is estimated, not measured: the target's and the draft's GGUF sizes (the weights
 are loaded as stored) plus an F16 KV cache for both at the chosen context (2 bytes × layers
@@ -24,7 +25,7 @@ from llamaspec.engine import toolchain
 from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import compat, dialects, drafts, hub
-from llamaspec.paths import project_root, user_config, writable_root
+from llamaspec.paths import user_config
 from llamaspec.proof import bench, tune, verify, workloads
 from llamaspec.proof.client import running
 
@@ -286,7 +287,8 @@ def write(
     report_md: Path,
 ) -> Path:
     """The user's models.yaml gains the target (unless the catalog has it), the draft and
-    the pair; recipes/<target>-draft.yaml gets the measured settings, validated."""
+    the pair; recipes/<target>-draft.yaml beside it gets the measured settings. Both are
+    validated before either is written."""
     target = found.target
     if target.handle is None and target.repo is None:
         raise LlamaspecError(
@@ -331,9 +333,10 @@ def write(
         },
     }
     name = f"{t_handle}-draft"
-    path.write_text(yaml.safe_dump(mine, sort_keys=False, allow_unicode=True))
     config.parse(config.Recipe, {"name": name, **data}, f"the measured recipe {name}")
-    where = out_dir or (writable_root(project_root()) / "recipes")
+    config.parse(config.ModelsFile, mine, str(path))
+    path.write_text(yaml.safe_dump(mine, sort_keys=False, allow_unicode=True))
+    where = out_dir or (user_config() / "recipes")
     where.mkdir(parents=True, exist_ok=True)
     out = where / f"{name}.yaml"
     header = f"# Written by `llamaspec draft find {target.handle or target.label} --measure`.\n"
