@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,13 +18,13 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.models import recipes
 from llamaspec.models.dialects import server_help
 from llamaspec.models.embedded import EMBEDDED_SHA256
-from llamaspec.proof import netlab, rpc, verify
+from llamaspec.proof import netlab, rpc, rpcstudy, verify
 from llamaspec.proof.client import base_args, complete, running
 from llamaspec.proof.reference import reference_copy
 
 pytestmark = pytest.mark.integration
 
-PORT = 50052
+PORT = rpcstudy.PORT  # where rpc_host binds the rpc-server
 GEMMA_LAYERS = 18  # Gemma 3 270M's blocks: 9 on each host when split
 PROMPT = replace(verify.CODE, n_predict=16)  # 32 passed too; 16 keeps CI under 3 min
 
@@ -79,77 +78,57 @@ def test_placements_across_two_namespaces_match_the_f32_reference(
     reference = reference_copy(gemma_path, EMBEDDED_SHA256).path
     help_text = server_help(artifact.server)
     plain = [*base_args(reference), *verify.determinism_args(help_text)]
-    with netlab.two_hosts() as hosts:
-        endpoint = f"{hosts.server_addr}:{PORT}"
-        opts = rpc.ServeOptions(host=hosts.server_addr, port=PORT, devices=("CPU",), threads=2)
-        log = tmp_path / "rpc-server.log"
-        with log.open("w") as fh:
-            server = subprocess.Popen(
-                [*hosts.exec_prefix(hosts.server), *rpc.serve_argv(artifact, opts)],
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            with hosts.inside():
-                deadline = time.monotonic() + 30
-                while True:
-                    try:
-                        version = rpc.check_hosts(artifact, [endpoint], timeout=2)[endpoint]
-                        break
-                    except LlamaspecError:
-                        assert server.poll() is None and time.monotonic() < deadline, (
-                            log.read_text()
-                        )
-                        time.sleep(0.2)
-                assert version[0] == 7, version
-                # bound to its veth address only: nothing answers on the server host's loopback
-                listening = subprocess.run(
-                    [*hosts.exec_prefix(hosts.server), "ss", "-Hltn"],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout
-                assert f"{hosts.server_addr}:{PORT}" in listening, listening
-                assert f"0.0.0.0:{PORT}" not in listening and f"127.0.0.1:{PORT}" not in listening
-                # a port nothing listens on: one paragraph naming the host
-                with pytest.raises(LlamaspecError, match=f"{hosts.server_addr}:{PORT + 1} refused"):
-                    rpc.check_hosts(artifact, [f"{hosts.server_addr}:{PORT + 1}"], 2, version)
+    log = tmp_path / "rpc-server.log"
+    with (
+        netlab.two_hosts() as hosts,
+        rpcstudy.rpc_host(hosts, artifact, log) as host,
+        hosts.inside(),
+    ):
+        endpoint, version, server = host.endpoint, host.version, host.process
+        assert version[0] == 7, version
+        # bound to its veth address only: nothing answers on the server host's loopback
+        listening = subprocess.run(
+            [*hosts.exec_prefix(hosts.server), "ss", "-Hltn"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert f"{hosts.server_addr}:{PORT}" in listening, listening
+        assert f"0.0.0.0:{PORT}" not in listening and f"127.0.0.1:{PORT}" not in listening
+        # a port nothing listens on: one paragraph naming the host
+        with pytest.raises(LlamaspecError, match=f"{hosts.server_addr}:{PORT + 1} refused"):
+            rpc.check_hosts(artifact, [f"{hosts.server_addr}:{PORT + 1}"], 2, version)
 
-                with running(
-                    artifact.server, [*plain, "-dev", "none"], tmp_path / "ref.log"
-                ) as ref:
-                    expected = complete(ref, PROMPT)
-                    results = {}
-                    for name, layers, target, draft in (
-                        (
-                            "target split, draft local",
-                            GEMMA_LAYERS // 2,
-                            ["local", endpoint],
-                            "local",
-                        ),
-                        ("target local, draft remote", 0, ["local"], endpoint),
-                        ("target remote, draft local", 99, [endpoint], "local"),
-                    ):
-                        cmd = recipes.render(
-                            _recipe(endpoint, layers, target, draft),
-                            "llama.cpp",
-                            "upstream",
-                            reference,
-                            reference,
-                            server=str(artifact.server),
-                            backend=artifact.manifest["backend"],
-                            variants=["rpc"],
-                        )
-                        args = [*_server_args(cmd.argv), *plain[2:]]
-                        slug = name.replace(", ", "-").replace(" ", "-")
-                        with running(artifact.server, args, tmp_path / f"{slug}.log") as srv:
-                            got = complete(srv, PROMPT)
-                            held = _rss_mib(server.pid)
-                        case = verify.compare(PROMPT, "sequential", expected, got, ref, None)
-                        results[name] = (case.kind, got.draft_n, got.draft_accepted, held, args)
-        finally:
-            server.terminate()
-            server.wait(timeout=20)
+        with running(artifact.server, [*plain, "-dev", "none"], tmp_path / "ref.log") as ref:
+            expected = complete(ref, PROMPT)
+            results = {}
+            for name, layers, target, draft in (
+                (
+                    "target split, draft local",
+                    GEMMA_LAYERS // 2,
+                    ["local", endpoint],
+                    "local",
+                ),
+                ("target local, draft remote", 0, ["local"], endpoint),
+                ("target remote, draft local", 99, [endpoint], "local"),
+            ):
+                cmd = recipes.render(
+                    _recipe(endpoint, layers, target, draft),
+                    "llama.cpp",
+                    "upstream",
+                    reference,
+                    reference,
+                    server=str(artifact.server),
+                    backend=artifact.manifest["backend"],
+                    variants=["rpc"],
+                )
+                args = [*_server_args(cmd.argv), *plain[2:]]
+                slug = name.replace(", ", "-").replace(" ", "-")
+                with running(artifact.server, args, tmp_path / f"{slug}.log") as srv:
+                    got = complete(srv, PROMPT)
+                    held = _rss_mib(server.pid)
+                case = verify.compare(PROMPT, "sequential", expected, got, ref, None)
+                results[name] = (case.kind, got.draft_n, got.draft_accepted, held, args)
     for name, (kind, drafted, accepted, held, args) in results.items():
         assert kind == "identical", (name, kind, args)
         assert drafted and accepted, (name, drafted, accepted)

@@ -23,11 +23,16 @@ def _echo() -> socket.socket:
     return srv
 
 
-def test_relay_keeps_bytes_and_adds_the_round_trip() -> None:
-    with _echo() as echo, socket.socket() as s:
+def _free_port() -> int:
+    """A loopback port nothing listens on (for the relay to bind)."""
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+        return s.getsockname()[1]
+
+
+def test_relay_keeps_bytes_and_adds_the_round_trip() -> None:
+    port = _free_port()
+    with _echo() as echo:
         target = f"127.0.0.1:{echo.getsockname()[1]}"
         with (
             netlab.relay(f"127.0.0.1:{port}", target, 40.0),
@@ -45,10 +50,8 @@ def test_relay_keeps_bytes_and_adds_the_round_trip() -> None:
 
 
 def test_relay_counts_bytes_and_turns(tmp_path) -> None:
-    with _echo() as echo, socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+    port = _free_port()
+    with _echo() as echo:
         target = f"127.0.0.1:{echo.getsockname()[1]}"
         with (
             netlab.relay(f"127.0.0.1:{port}", target, 0.0, tmp_path / "stats.json") as relay,

@@ -109,10 +109,8 @@ def hub_calls(what: str) -> Iterator[None]:
             f"{what}: {hub.endpoint()} answered HTTP {status} ({exc.server_message or exc}). "
             "Try again later, or check HF_ENDPOINT."
         ) from None
-    except (OSError, *hub.TRANSPORT_ERRORS) as exc:
-        raise offline(what, exc) from None
     except Exception as exc:
-        if type(exc).__module__.split(".")[0] not in hub.NETWORK_MODULES:
+        if not hub.unreachable(exc):
             raise
         raise offline(what, exc) from None
 

@@ -120,8 +120,7 @@ def hub_errors(model: ModelFile, filename: str) -> Iterator[None]:
             ) from None
         raise _unreachable(where, exc) from None
     except Exception as exc:
-        # a transport error of a client this code does not name (a new httpx major, say)
-        if type(exc).__module__.split(".")[0] not in NETWORK_MODULES:
+        if not unreachable(exc):
             raise
         raise _unreachable(where, exc) from None
 
@@ -130,6 +129,15 @@ def hub_errors(model: ModelFile, filename: str) -> Iterator[None]:
 NETWORK_MODULES = frozenset(
     {"httpx", "httpx2", "httpcore", "httpcore2", "h11", "h2", "anyio", "ssl", "socket"}
 )
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether exc means the hub could not be reached: an OS or named transport error, or
+    one from a client module this code does not name (a new httpx major, say)."""
+    return (
+        isinstance(exc, (OSError, *TRANSPORT_ERRORS))
+        or type(exc).__module__.split(".")[0] in NETWORK_MODULES
+    )
 
 
 def _unreachable(where: str, exc: BaseException) -> LlamaspecError:

@@ -15,9 +15,11 @@ predicted (and measured) tok/s beats the plain one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from rich.console import Console
 
 from llamaspec import config
 from llamaspec.engine.build import Artifact
+from llamaspec.errors import LlamaspecError
 from llamaspec.models import recipes
 from llamaspec.proof import bench, netlab, rpc
 from llamaspec.proof.client import base_args, running
@@ -119,6 +122,48 @@ def _one(
     }
 
 
+@dataclass(frozen=True)
+class RpcHost:
+    endpoint: str  # HOST:PORT on the server namespace's veth address
+    version: rpc.Version  # the protocol version it answered with
+    process: subprocess.Popen
+
+
+@contextlib.contextmanager
+def rpc_host(
+    hosts: netlab.TwoHosts, artifact: Artifact, log: Path, wait: float = 30.0
+) -> Iterator[RpcHost]:
+    """The artifact's rpc-server in the server namespace (CPU device, bound to its veth
+    address only), polled from the client namespace until it answers; stopped on the way
+    out. One that exits or stays silent for `wait` seconds is one paragraph with its log."""
+    endpoint = f"{hosts.server_addr}:{PORT}"
+    opts = rpc.ServeOptions(host=hosts.server_addr, port=PORT, devices=("CPU",), threads=2)
+    with log.open("w") as fh:
+        server = subprocess.Popen(
+            [*hosts.exec_prefix(hosts.server), *rpc.serve_argv(artifact, opts)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + wait
+        with hosts.inside():
+            while True:
+                try:
+                    version = rpc.check_hosts(artifact, [endpoint], timeout=2)[endpoint]
+                    break
+                except LlamaspecError as err:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise LlamaspecError(
+                            f"The rpc-server at {endpoint} did not come up ({err}); its log, "
+                            f"{log}:\n{log.read_text()[-2000:]}"
+                        ) from None
+                    time.sleep(0.2)
+        yield RpcHost(endpoint, version, server)
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
 def study(
     artifact: Artifact,
     model: Path,
@@ -137,39 +182,22 @@ def study(
     cells = []
     with netlab.two_hosts() as hosts:
         hosts.shape(mbit)
-        endpoint = f"{hosts.server_addr}:{PORT}"
-        opts = rpc.ServeOptions(host=hosts.server_addr, port=PORT, devices=("CPU",), threads=2)
-        with (logs / "rpc-server.log").open("w") as fh:
-            server = subprocess.Popen(
-                [*hosts.exec_prefix(hosts.server), *rpc.serve_argv(artifact, opts)],
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            with hosts.inside():
-                time.sleep(1)
-                rpc.check_hosts(artifact, [endpoint], timeout=10)
-                for p in PLACEMENTS:
-                    for rtt in rtts:
-                        local = f"127.0.0.1:{RELAY_PORT}"
-                        stats = logs / "relay-stats.json"
-                        with netlab.relay(local, endpoint, rtt, stats) as relay:
-                            spec = _argv(artifact, p, local, model, n_max)
-                            flat, _ = bench.split_spec(spec)
-                            slug = f"{p.name}-{rtt}".replace(", ", "-").replace(" ", "-")
-                            row = {"placement": p.name, "rtt_ms": rtt}
-                            for kind, args in (("plain", flat), ("spec", spec)):
-                                log = logs / f"{slug}-{kind}.log"
-                                row[kind] = _one(
-                                    artifact, [*plain, *args], relay, w, log, repetitions
-                                )
-                                console.print(
-                                    f"rpc study: {p.name}, RTT {rtt} ms, {kind}: {row[kind]}"
-                                )
-                            cells.append(row)
-        finally:
-            server.terminate()
-            server.wait(timeout=20)
+        with rpc_host(hosts, artifact, logs / "rpc-server.log") as host, hosts.inside():
+            endpoint = host.endpoint
+            for p in PLACEMENTS:
+                for rtt in rtts:
+                    local = f"127.0.0.1:{RELAY_PORT}"
+                    stats = logs / "relay-stats.json"
+                    with netlab.relay(local, endpoint, rtt, stats) as relay:
+                        spec = _argv(artifact, p, local, model, n_max)
+                        flat, _ = bench.split_spec(spec)
+                        slug = f"{p.name}-{rtt}".replace(", ", "-").replace(" ", "-")
+                        row = {"placement": p.name, "rtt_ms": rtt}
+                        for kind, args in (("plain", flat), ("spec", spec)):
+                            log = logs / f"{slug}-{kind}.log"
+                            row[kind] = _one(artifact, [*plain, *args], relay, w, log, repetitions)
+                            console.print(f"rpc study: {p.name}, RTT {rtt} ms, {kind}: {row[kind]}")
+                        cells.append(row)
     report = {
         "artifact": artifact.id,
         "model": model.name,
