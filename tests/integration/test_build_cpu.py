@@ -13,8 +13,8 @@ import pytest
 from rich.console import Console
 
 from llamaspec.engine import build
-from llamaspec.engine import build_bench as benchbuild
 from llamaspec.engine import reproducible as repro
+from llamaspec.maint import build_bench as benchbuild
 
 from helpers import UPSTREAM_VARIANT, llamaspec
 

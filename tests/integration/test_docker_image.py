@@ -32,7 +32,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.images import specs as images
 from llamaspec.images import tools
 from llamaspec.images.base import make_base_image
-from llamaspec.proof.client import base_args, running
+from llamaspec.runtime.client import base_args, running
 
 from helpers import llamaspec
 

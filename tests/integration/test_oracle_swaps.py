@@ -11,7 +11,8 @@ import pytest
 
 from llamaspec.engine.build import Artifact
 from llamaspec.proof import verify
-from llamaspec.proof.client import (
+from llamaspec.proof.oracle import Oracle
+from llamaspec.runtime.client import (
     Completion,
     Prompt,
     base_args,
@@ -19,7 +20,6 @@ from llamaspec.proof.client import (
     running,
     server_help,
 )
-from llamaspec.proof.oracle import Oracle
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from llamaspec import config
 from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects, recipes
-from llamaspec.proof.client import free_port, running, server_help
 from llamaspec.proof.defects import known_defect
+from llamaspec.runtime.client import free_port, running, server_help
 
 from helpers import ROOT, llamaspec
 

@@ -18,9 +18,11 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.models import recipes
 from llamaspec.models.dialects import server_help
 from llamaspec.models.embedded import EMBEDDED_SHA256
-from llamaspec.proof import netlab, rpc, rpcstudy, verify
-from llamaspec.proof.client import base_args, complete, running
+from llamaspec.perf import netlab, rpcstudy
+from llamaspec.proof import verify
 from llamaspec.proof.reference import reference_copy
+from llamaspec.runtime import rpc
+from llamaspec.runtime.client import base_args, complete, running
 
 pytestmark = pytest.mark.integration
 

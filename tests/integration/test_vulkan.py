@@ -19,7 +19,7 @@ from llamaspec.engine import preflight
 from llamaspec.engine.build import Artifact
 from llamaspec.models import dialects
 from llamaspec.proof import smoke
-from llamaspec.proof.client import HOST, free_port, running
+from llamaspec.runtime.client import HOST, free_port, running
 
 from helpers import llamaspec
 

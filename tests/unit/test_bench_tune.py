@@ -11,7 +11,7 @@ from rich.console import Console
 from llamaspec import config
 from llamaspec.engine import toolchain
 from llamaspec.errors import LlamaspecError
-from llamaspec.proof import bench, costmodel, tune, workloads
+from llamaspec.perf import bench, costmodel, tune, workloads
 
 pytestmark = pytest.mark.unit
 
@@ -335,7 +335,7 @@ def test_supported_types_come_from_the_dialect_and_help() -> None:
 
 
 def test_the_report_says_what_priced_the_steps() -> None:
-    from llamaspec.proof import bench
+    from llamaspec.perf import bench
 
     report = json.loads(
         (ROOT / "reports" / "bench-gemma3-270m-ngram-llamacpp-cpu-9036434bcbf5.json").read_text()
@@ -413,7 +413,7 @@ def test_bench_server_args_go_to_both_servers_and_must_be_known(
 
 
 def test_host_bandwidth_bounds_only_a_cpu_report() -> None:
-    from llamaspec.proof import bench, costmodel
+    from llamaspec.perf import bench, costmodel
 
     report = json.loads(
         (ROOT / "reports" / "bench-gemma3-270m-ngram-llamacpp-cpu-9036434bcbf5.json").read_text()

@@ -19,8 +19,8 @@ import yaml
 
 from llamaspec import config
 from llamaspec.cli.main import main, make_parser
-from llamaspec.engine import bump, pin_edit
 from llamaspec.errors import LlamaspecError
+from llamaspec.maint import bump, pin_edit
 
 from gitrepos import make_engine, run_git
 

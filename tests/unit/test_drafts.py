@@ -77,7 +77,7 @@ def test_local_and_malformed_targets(tmp_path: Path) -> None:
 
 
 def test_memory_estimate_reads_the_kv_shape_from_the_header(tmp_path: Path) -> None:
-    from llamaspec.proof import draft_measure as dm
+    from llamaspec.perf import draft_measure as dm
 
     info = compat.TokenizerInfo(
         "t", "gemma3", "llama", (), None, None, None, None,

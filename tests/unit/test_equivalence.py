@@ -14,7 +14,7 @@ from gguf.quants import dequantize, quantize
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
 from llamaspec.proof import defects, reference, smoke, verify
-from llamaspec.proof.client import Completion, Prompt
+from llamaspec.runtime.client import Completion, Prompt
 
 pytestmark = pytest.mark.unit
 
@@ -252,7 +252,7 @@ def test_tune_checks_candidates_on_the_reference_copy_where_one_can_be_made(
 ) -> None:
     from rich.console import Console
 
-    from llamaspec.proof import tune
+    from llamaspec.perf import tune
 
     src = tmp_path / "tiny-q8_0.gguf"
     _small_quantized(src)

@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 
-from llamaspec.proof import netlab
+from llamaspec.perf import netlab
 
 
 def _echo() -> socket.socket:

@@ -13,8 +13,8 @@ import math
 import pytest
 
 from llamaspec.proof import verify
-from llamaspec.proof.client import Completion, Prompt, next_token_logprobs
 from llamaspec.proof.oracle import Oracle
+from llamaspec.runtime.client import Completion, Prompt, next_token_logprobs
 
 pytestmark = pytest.mark.unit
 

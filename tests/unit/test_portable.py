@@ -13,7 +13,7 @@ from rich.console import Console
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.build import load_artifact
 from llamaspec.errors import LlamaspecError
-from llamaspec.proof import portable
+from llamaspec.perf import portable
 
 pytestmark = pytest.mark.unit
 PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"

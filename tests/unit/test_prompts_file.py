@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
 from llamaspec.proof import suite, verify
-from llamaspec.proof.client import Prompt, render_chat
+from llamaspec.runtime.client import Prompt, render_chat
 
 from runcli import cli
 

@@ -300,7 +300,7 @@ def _manifest(native: str = "OFF") -> dict:
 
 
 def test_the_baseline_drops_llamaspecs_flags_but_keeps_the_users() -> None:
-    from llamaspec.engine.repro_bench import baseline_defines
+    from llamaspec.maint.repro_bench import baseline_defines
 
     assert baseline_defines(_manifest()) == [
         "-DCMAKE_BUILD_TYPE=Release",
@@ -311,7 +311,7 @@ def test_the_baseline_drops_llamaspecs_flags_but_keeps_the_users() -> None:
 
 def test_the_reproducibility_bench_refuses_a_native_build(tmp_path: Path) -> None:
     from llamaspec.engine.build import Artifact
-    from llamaspec.engine.repro_bench import bench_reproducible
+    from llamaspec.maint.repro_bench import bench_reproducible
 
     art = Artifact("llamacpp-cpu-0123456789ab", tmp_path, _manifest("ON"), False)
     with pytest.raises(LlamaspecError, match="host-specific by design.*--variant portable"):
@@ -320,7 +320,7 @@ def test_the_reproducibility_bench_refuses_a_native_build(tmp_path: Path) -> Non
 
 
 def test_the_reproducibility_report_explains_each_baseline_difference() -> None:
-    from llamaspec.engine.repro_bench import markdown
+    from llamaspec.maint.repro_bench import markdown
 
     same, a, b = "5" * 64, "a" * 64, "b" * 64
     report = {

@@ -17,7 +17,7 @@ from llamaspec.cli.main import main
 from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects, recipes
-from llamaspec.proof import rpc
+from llamaspec.runtime import rpc
 
 REMOTE = "10.231.0.1:50052"
 

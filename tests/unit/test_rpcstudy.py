@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llamaspec.proof import rpcstudy
+from llamaspec.perf import rpcstudy
 
 
 def _cell(rtt: float, plain_tps: float, spec_tps: float, rp: float, rs: float) -> dict:

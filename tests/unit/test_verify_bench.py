@@ -10,7 +10,8 @@ import pytest
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
-from llamaspec.proof import bench, verify
+from llamaspec.perf import bench
+from llamaspec.proof import verify
 
 pytestmark = pytest.mark.unit
 
@@ -189,7 +190,7 @@ def test_verify_prompts_cover_short_code_prose_and_chat() -> None:
 
 def test_one_line_patch_applies_and_changes_one_line(tmp_path: Path) -> None:
 
-    from llamaspec.engine import build_bench as benchbuild
+    from llamaspec.maint import build_bench as benchbuild
 
     src = tmp_path / "tools" / "server"
     src.mkdir(parents=True)
@@ -206,8 +207,8 @@ def test_one_line_patch_applies_and_changes_one_line(tmp_path: Path) -> None:
 
 
 def test_one_line_patch_needs_a_server_source(tmp_path: Path) -> None:
-    from llamaspec.engine import build_bench as benchbuild
     from llamaspec.errors import LlamaspecError
+    from llamaspec.maint import build_bench as benchbuild
 
     with pytest.raises(LlamaspecError, match="does not know where ik_llama.cpp's server"):
         benchbuild.one_line_patch(tmp_path, "ik_llama.cpp", "v1")
@@ -217,7 +218,7 @@ def test_bench_build_adds_its_patch_to_the_patch_list_not_the_defects(tmp_path: 
     import shutil
 
     from llamaspec import config
-    from llamaspec.engine import build_bench
+    from llamaspec.maint import build_bench
     from llamaspec.paths import project_root
 
     root = build_bench._patch_root(project_root(), "llama.cpp")

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from llamaspec.engine.build import Artifact
-    from llamaspec.proof.bench import BenchPlan
+    from llamaspec.perf.bench import BenchPlan
 
 DEFAULT_RECIPE = "gemma3-270m-ngram"
 
@@ -138,7 +138,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command == "bench-portable":
         from llamaspec.engine import build
         from llamaspec.models.embedded import embedded_model
-        from llamaspec.proof.portable import bench_portable
+        from llamaspec.perf.portable import bench_portable
 
         native = build.load_artifact(args.dist, args.native)
         model = args.model or embedded_model(console.print)
@@ -147,22 +147,22 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         )
         return True
     if args.command == "bench-reproducible":
-        from llamaspec.engine.repro_bench import bench_reproducible
+        from llamaspec.maint.repro_bench import bench_reproducible
 
         bench_reproducible(
             artifact, args.reports, console, plain=not args.no_baseline, cold=not args.reuse_build
         )
         return True
     if args.command == "bench-build":
-        from llamaspec.engine.build_bench import bench_build
+        from llamaspec.maint.build_bench import bench_build
 
         bench_build(artifact, args.dist, args.reports, console)
         return True
-    from llamaspec.proof import workloads
+    from llamaspec.perf import workloads
 
     chosen = workloads.select(args.workload)  # unknown names fail before anything starts
     if args.command == "tune":
-        from llamaspec.proof import tune
+        from llamaspec.perf import tune
 
         tune.tune(
             artifact,
@@ -176,7 +176,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             max_candidates=args.candidates,
         )
         return True
-    from llamaspec.proof import bench
+    from llamaspec.perf import bench
 
     p = _bench_plan(args, artifact, console)
     stem = None
@@ -220,7 +220,7 @@ def _with_server_args(p: BenchPlan, extra: list[str], artifact: Artifact) -> Ben
 
 def _bench_plan(args: argparse.Namespace, artifact: Artifact, console: Console) -> BenchPlan:
     from llamaspec.errors import LlamaspecError
-    from llamaspec.proof import tune
+    from llamaspec.perf import tune
 
     if args.target is None and (args.draft or args.spec):
         raise LlamaspecError(

@@ -1,7 +1,7 @@
 """`llamaspec bump`: move an engine's pin forward, re-judging the patch queue on the way.
 
-The plan (resolve, fetch, judge) is the engine stage's (engine/bump.py), as are the report
-(engine/bump_report.py) and the pin edit (engine/pin_edit.py); with --build the candidate is
+The plan (resolve, fetch, judge) is the engine stage's (maint/bump.py), as are the report
+(maint/bump_report.py) and the pin edit (maint/pin_edit.py); with --build the candidate is
 built by the pipeline, smoke-tested and checked by verify's fast check here, where both stages
 may be imported. engines.yaml and llamaspec.lock change only when every step asked for
 passed; the report under reports/ is written either way.
@@ -20,7 +20,7 @@ from llamaspec.errors import LlamaspecError, choose
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from llamaspec.engine import bump, bump_report
+    from llamaspec.maint import bump, bump_report
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -71,7 +71,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
 
 def run(args: argparse.Namespace, console: Console) -> None:
     from llamaspec import config
-    from llamaspec.engine import bump, bump_report, pin_edit
+    from llamaspec.maint import bump, bump_report, pin_edit
     from llamaspec.paths import project_root
 
     root = project_root()

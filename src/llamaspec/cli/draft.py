@@ -114,7 +114,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         console.print(escape(drafts.no_draft_advice(found, catalog, known)))
     if args.measure:
         from llamaspec.engine import build
-        from llamaspec.proof import draft_measure
+        from llamaspec.perf import draft_measure
 
         dist = args.dist or default_out("dist")
         artifact = build.load_artifact(dist, args.artifact or build.newest_artifact(dist))

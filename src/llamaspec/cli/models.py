@@ -352,7 +352,7 @@ def _serve(args: argparse.Namespace, console: Console) -> None:
     cmd, artifact = _command(args, recipe, files.target, files.draft, console)
     rpc_hosts = recipe.for_engine(artifact.manifest["engine"]).server.rpc if artifact else ()
     if artifact is not None and "rpc" in (artifact.manifest.get("variants") or ()) and rpc_hosts:
-        from llamaspec.proof import rpc
+        from llamaspec.runtime import rpc
 
         for host, version in rpc.check_hosts(artifact, rpc_hosts).items():
             console.print(f"serve: rpc host {host} answers, protocol {'.'.join(map(str, version))}")

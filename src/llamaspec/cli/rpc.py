@@ -94,7 +94,7 @@ def _artifact(args: argparse.Namespace):
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command != "rpc":
         return False
-    from llamaspec.proof import rpc
+    from llamaspec.runtime import rpc
 
     artifact = _artifact(args)
     if args.rpc_command == "check":
@@ -104,7 +104,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         return True
     if args.rpc_command == "study":
         from llamaspec.models.embedded import embedded_model
-        from llamaspec.proof import rpcstudy
+        from llamaspec.perf import rpcstudy
 
         rtts = tuple(sorted(set(args.rtt or rpcstudy.RTTS_MS)))
         if rtts[0] != 0:

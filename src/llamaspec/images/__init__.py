@@ -6,5 +6,6 @@ stage (inside the image's build stage), smoke (the smoke test and HEALTHCHECK of
 registry (host backend, pull, push, how to run), base (a Debian base image with
 debootstrap), size (the size report).
 
-May import: the base modules, llamaspec.engine, llamaspec.models and llamaspec.proof.
+May import: the base modules, llamaspec.engine, llamaspec.models, llamaspec.runtime,
+llamaspec.proof and llamaspec.perf.
 """

@@ -128,9 +128,9 @@ def smoke_image(
     `compare_dist`: a dist/ holding the host build of the same artifact id to compare with."""
     from llamaspec.models.dialects import dialect_for
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
-    from llamaspec.proof.client import running
     from llamaspec.proof.reference import reference_copy
     from llamaspec.proof.smoke import base_args, smoke
+    from llamaspec.runtime.client import running
 
     labels = tool.labels(ref)
     model = embedded_model(console.print)

@@ -1,8 +1,8 @@
-"""Proof stage: run llama-server and prove speculation changes nothing but speed.
+"""Proof stage: speculation changes nothing but speed.
 
-Owns the one server client (start, /health, /completion, chat, tokenize, metrics), the
-reference models (embedded F32 copy, random hybrid), smoke, verify (strict and oracle
-tiers) and the benchmarks.
+reference (the embedded model's F32 copy), hybrid and hybrid_gguf (the random hybrid
+reference model), oracle (the per-token check), defects (known defects), verify (strict and
+oracle tiers), suite (the verify runs of a build), smoke (the smoke test of an artifact).
 
-May import: the base modules, llamaspec.engine and llamaspec.models.
+May import: the base modules, llamaspec.engine, llamaspec.models and llamaspec.runtime.
 """

@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llamaspec.proof.client import Prompt, Server, next_token_logprobs
+from llamaspec.runtime.client import Prompt, Server, next_token_logprobs
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.proof import verify
-from llamaspec.proof.client import (
+from llamaspec.proof.defects import defects_for, known_defect
+from llamaspec.runtime.client import (
     TOP_K,
     Completion,
     Prompt,
@@ -41,7 +42,6 @@ from llamaspec.proof.client import (
     tail,
     top_logprobs_at,
 )
-from llamaspec.proof.defects import defects_for, known_defect
 
 __all__ = [
     "SMOKE_PROMPTS",

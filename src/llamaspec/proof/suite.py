@@ -26,8 +26,8 @@ from llamaspec.models import catalog as models
 from llamaspec.models import compat, dialects, recipes
 from llamaspec.paths import project_root
 from llamaspec.proof import verify
-from llamaspec.proof.client import Prompt
 from llamaspec.proof.reference import Reference, reference_copy
+from llamaspec.runtime.client import Prompt
 
 # Options a verify run sets itself (its own model files, slots, context, loopback port).
 SPEC_TYPES = ("draft", "ngram-simple", "ngram-map-k", "ngram-mod", "mtp")

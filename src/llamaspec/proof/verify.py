@@ -33,7 +33,8 @@ from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.proof import oracle as oracle_mod
-from llamaspec.proof.client import (
+from llamaspec.proof.defects import Defect, known_defect
+from llamaspec.runtime.client import (
     Completion,
     Prompt,
     Server,
@@ -43,7 +44,6 @@ from llamaspec.proof.client import (
     running,
     server_help,
 )
-from llamaspec.proof.defects import Defect, known_defect
 
 PARALLEL_SLOTS = 4
 SLOT_CTX = 4096  # each slot's context: prompt and generated tokens must fit

@@ -37,8 +37,9 @@ from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError, did_you_mean
 from llamaspec.models import catalog, dialects, recipes
 from llamaspec.paths import project_root, writable_root
-from llamaspec.proof import bench, verify, workloads
-from llamaspec.proof.client import Server, running
+from llamaspec.perf import bench, workloads
+from llamaspec.proof import verify
+from llamaspec.runtime.client import Server, running
 
 # Knob values swept per spec type, in the order tried (defaults first).
 DRAFT_N_MAX = (8, 4, 16)

@@ -249,7 +249,7 @@ class Relay:
 @contextlib.contextmanager
 def relay(listen: str, target: str, rtt_ms: float, stats: Path | None = None) -> Iterator[Relay]:
     """A relay process (in the calling thread's namespace) adding `rtt_ms` of round trip."""
-    argv = [sys.executable, "-m", "llamaspec.proof.netlab", listen, target, str(rtt_ms)]
+    argv = [sys.executable, "-m", "llamaspec.perf.netlab", listen, target, str(rtt_ms)]
     argv += ["--stats", str(stats)] if stats else []
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from llamaspec.errors import LlamaspecError
-from llamaspec.proof.client import Server
+from llamaspec.runtime.client import Server
 
 # Batch sizes the target is timed at (k ≤ the largest asked for); others are interpolated.
 BATCH_POINTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 65)

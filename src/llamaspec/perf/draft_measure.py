@@ -26,8 +26,9 @@ from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import compat, dialects, drafts, hub
 from llamaspec.paths import user_config
-from llamaspec.proof import bench, tune, verify, workloads
-from llamaspec.proof.client import running
+from llamaspec.perf import bench, tune, workloads
+from llamaspec.proof import verify
+from llamaspec.runtime.client import running
 
 COMPUTE_ALLOWANCE = 256 << 20  # compute buffers and the server itself, per model, roughly
 KV_BYTES = 2  # F16 K and V cache entries (llama-server's default cache type)

@@ -25,10 +25,10 @@ from rich.console import Console
 from llamaspec import procs
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.build import BUILD_SUBDIR, BUILD_TIMEOUT_S, Artifact, load_artifact
-from llamaspec.engine.build_bench import artifact_tree, rebuild_command, timed
 from llamaspec.engine.profiles import Define
 from llamaspec.engine.toolchain import detect, machine
 from llamaspec.errors import LlamaspecError
+from llamaspec.maint.build_bench import artifact_tree, rebuild_command, timed
 from llamaspec.paths import cache_dir
 
 

@@ -26,8 +26,8 @@ from rich.console import Console
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
-from llamaspec.proof.bench import request
-from llamaspec.proof.client import Server, base_args, running, tail
+from llamaspec.perf.bench import request
+from llamaspec.runtime.client import Server, base_args, running, tail
 
 DEFAULT_CPU = "Nehalem"  # 2008: SSE4.2, no AVX (x86-64-v2)
 EMULATED_READY_S = 900  # an emulated start is slow: the model is read through the emulator

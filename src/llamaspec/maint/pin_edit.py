@@ -17,8 +17,8 @@ import yaml
 from llamaspec import config
 from llamaspec import lock as lockfile
 from llamaspec.config import Engine
-from llamaspec.engine.bump import Plan
 from llamaspec.errors import LlamaspecError
+from llamaspec.maint.bump import Plan
 
 
 def write_atomic(path: Path, text: str) -> None:

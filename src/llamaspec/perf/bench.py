@@ -32,10 +32,10 @@ from rich.table import Table
 from llamaspec.engine import toolchain
 from llamaspec.engine.build import Artifact
 from llamaspec.models import dialects
+from llamaspec.perf import costmodel
+from llamaspec.perf.workloads import WORKLOADS, Workload
 from llamaspec.progress import LineProgress, bar
-from llamaspec.proof import costmodel
-from llamaspec.proof.client import Server, running, server_help
-from llamaspec.proof.workloads import WORKLOADS, Workload
+from llamaspec.runtime.client import Server, running, server_help
 
 # Speculative methods whose state outlives a request (the n-gram pool of ngram-mod, the
 # lookup cache of ngram-cache, the key map of ngram-map-k/-k4v): a second request with the

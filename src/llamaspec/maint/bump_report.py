@@ -10,8 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from llamaspec.engine.bump import Pin, Plan, PypiNews
-from llamaspec.engine.pin_edit import write_atomic
+from llamaspec.maint.bump import Pin, Plan, PypiNews
+from llamaspec.maint.pin_edit import write_atomic
 
 
 @dataclass

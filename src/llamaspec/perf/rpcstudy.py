@@ -29,9 +29,10 @@ from llamaspec import config
 from llamaspec.engine.build import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import recipes
-from llamaspec.proof import bench, netlab, rpc
-from llamaspec.proof.client import base_args, running
-from llamaspec.proof.workloads import Workload
+from llamaspec.perf import bench, netlab
+from llamaspec.perf.workloads import Workload
+from llamaspec.runtime import rpc
+from llamaspec.runtime.client import base_args, running
 
 RTTS_MS = (0.0, 0.2, 1.0, 5.0)
 PORT = 50052
