@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec.engine.build import Artifact, load_artifact
+from llamaspec.engine.artifact import Artifact, load_artifact
 from llamaspec.models.embedded import embedded_model
 
 from helpers import UPSTREAM_VARIANT, llamaspec

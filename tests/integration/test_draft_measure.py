@@ -12,7 +12,7 @@ import yaml
 from test_draft_find import _rows
 from test_models_hub import ROOT, Env
 
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 
 from ggufs import tiny_gemma, vocab, write_gguf
 from hubserver import Hub

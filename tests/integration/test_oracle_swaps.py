@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.proof import verify
 from llamaspec.proof.oracle import Oracle
 from llamaspec.runtime.client import (

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from llamaspec import config
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects, recipes
 from llamaspec.proof.defects import known_defect

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from llamaspec.engine import preflight
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.models import dialects
 from llamaspec.proof import smoke
 from llamaspec.runtime.client import HOST, free_port, running

@@ -399,7 +399,7 @@ def test_bench_server_args_go_to_both_servers_and_must_be_known(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from llamaspec.cli import bench as cli_bench
-    from llamaspec.engine.build import Artifact
+    from llamaspec.engine.artifact import Artifact
     from llamaspec.models import dialects
 
     monkeypatch.setattr(dialects, "server_help", lambda _b: "-fa, --flash-attn [on|off]\n")

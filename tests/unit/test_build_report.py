@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llamaspec.engine import build_report
-from llamaspec.engine.build import load_artifact
+from llamaspec.engine.artifact import load_artifact
 
 pytestmark = pytest.mark.unit
 

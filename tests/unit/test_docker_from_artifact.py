@@ -12,7 +12,7 @@ import pytest
 from llamaspec.config import load_engines, load_series
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import reproducible as repro
-from llamaspec.engine.build import load_artifact
+from llamaspec.engine.artifact import load_artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import artifact as from_artifact
 from llamaspec.images import specs as images

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from llamaspec.engine import reproducible as repro
-from llamaspec.engine.build import load_artifact
+from llamaspec.engine.artifact import load_artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.perf import portable
 

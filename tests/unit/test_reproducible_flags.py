@@ -15,6 +15,7 @@ from rich.console import Console
 from llamaspec.engine import build
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import reproducible as repro
+from llamaspec.engine.artifact import Artifact
 from llamaspec.engine.patch_queue import PatchedTree
 from llamaspec.engine.sources import SourceTree
 from llamaspec.engine.toolchain import Toolchain
@@ -223,7 +224,7 @@ def _plain(path: Path) -> PatchedTree:
 
 
 def test_a_native_build_is_not_rebuilt_for_the_check(tmp_path: Path) -> None:
-    art = build.Artifact("x", tmp_path, {"reproducible": repro.NATIVE}, True)
+    art = Artifact("x", tmp_path, {"reproducible": repro.NATIVE}, True)
     console = Console(record=True, width=200)
     got = build.check_reproducible_artifact(
         art,
@@ -243,7 +244,7 @@ def test_a_native_build_is_not_rebuilt_for_the_check(tmp_path: Path) -> None:
 
 def test_an_equal_recorded_check_is_not_run_again(tmp_path: Path) -> None:
     record = {"checked": True, "equal": True, "host_paths": {}, "sha256_a": "ab" * 32}
-    art = build.Artifact("x", tmp_path, {"reproducible": record}, True)
+    art = Artifact("x", tmp_path, {"reproducible": record}, True)
     console = Console(record=True, width=200)
     portable = flags.merge("llama.cpp", "cpu", [], variants=["portable"])
     args = (make_engine("a" * 40), _plain(tmp_path), portable, tmp_path, TOOLS, None, console)
@@ -310,7 +311,7 @@ def test_the_baseline_drops_llamaspecs_flags_but_keeps_the_users() -> None:
 
 
 def test_the_reproducibility_bench_refuses_a_native_build(tmp_path: Path) -> None:
-    from llamaspec.engine.build import Artifact
+    from llamaspec.engine.artifact import Artifact
     from llamaspec.maint.repro_bench import bench_reproducible
 
     art = Artifact("llamacpp-cpu-0123456789ab", tmp_path, _manifest("ON"), False)

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from llamaspec import config
 from llamaspec.cli.main import main
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects, recipes
 from llamaspec.runtime import rpc

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec.engine import build, sources
+from llamaspec.engine import artifact, sources
 from llamaspec.errors import LlamaspecError
 
 from gitrepos import make_engine, make_engine_repo
@@ -91,7 +91,7 @@ def test_artifact_ids_cannot_leave_dist(tmp_path: Path, bad: str) -> None:
     (tmp_path / "x-outside" / "manifest.json").write_text("{}")
     dist.mkdir()
     with pytest.raises(LlamaspecError, match="is not an artifact id"):
-        build.load_artifact(dist, bad)
+        artifact.load_artifact(dist, bad)
 
 
 # --- SIGTERM during the PyPI download ------------------------------------------------------

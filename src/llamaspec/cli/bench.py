@@ -14,7 +14,7 @@ from llamaspec.paths import default_out
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from llamaspec.engine.build import Artifact
+    from llamaspec.engine.artifact import Artifact
     from llamaspec.perf.bench import BenchPlan
 
 DEFAULT_RECIPE = "gemma3-270m-ngram"
@@ -136,11 +136,11 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         return False
     artifact = shared.load_artifact(args)
     if args.command == "bench-portable":
-        from llamaspec.engine import build
+        from llamaspec.engine.artifact import load_artifact
         from llamaspec.models.embedded import embedded_model
         from llamaspec.perf.portable import bench_portable
 
-        native = build.load_artifact(args.dist, args.native)
+        native = load_artifact(args.dist, args.native)
         model = args.model or embedded_model(console.print)
         bench_portable(
             artifact, native, model, args.reports, console, cpu=args.cpu, rounds=args.rounds

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, console: Console) -> None:
     engine = engines[choose("engine", args.engine, engines)]
     bump.check_to(args.to)
     if args.build:
-        from llamaspec.engine.build import check_dist
+        from llamaspec.engine.artifact import check_dist
 
         check_dist(args.dist)
     say = console.print

@@ -14,7 +14,7 @@ from llamaspec.paths import default_out
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from llamaspec.engine.build import Artifact
+    from llamaspec.engine.artifact import Artifact
 
 
 def _spec(read: Any, label: str) -> dict[str, Any]:
@@ -121,7 +121,7 @@ def _record(path: Path) -> dict:
 
 def _artifact(args: argparse.Namespace, engines: dict) -> Artifact:
     """The artifact `--from-artifact` names, refused where the image cannot carry it."""
-    from llamaspec.engine.build import load_artifact
+    from llamaspec.engine.artifact import load_artifact
     from llamaspec.images.artifact import check_fits
 
     given = [

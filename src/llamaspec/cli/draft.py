@@ -113,11 +113,11 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if not compatible:
         console.print(escape(drafts.no_draft_advice(found, catalog, known)))
     if args.measure:
-        from llamaspec.engine import build
+        from llamaspec.engine.artifact import load_artifact, newest_artifact
         from llamaspec.perf import draft_measure
 
         dist = args.dist or default_out("dist")
-        artifact = build.load_artifact(dist, args.artifact or build.newest_artifact(dist))
+        artifact = load_artifact(dist, args.artifact or newest_artifact(dist))
         memory = args.memory or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
         reports = args.reports or default_out("reports")
         if not compatible:

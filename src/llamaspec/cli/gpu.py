@@ -81,7 +81,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         return False
     from llamaspec.cli.main import main
     from llamaspec.engine import cuda_toolkit as cudatk
-    from llamaspec.engine.build import newest_artifact
+    from llamaspec.engine.artifact import newest_artifact
     from llamaspec.errors import choose
 
     gpus = cudatk.gpu_names()

@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.no_smoke:
                 smoke_artifact(artifact, console)
         elif args.command == "smoke":
-            from llamaspec.engine.build import load_artifact, newest_artifact
+            from llamaspec.engine.artifact import load_artifact, newest_artifact
             from llamaspec.proof.smoke import smoke_artifact
 
             smoke_artifact(

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from llamaspec import config
-    from llamaspec.engine.build import Artifact
+    from llamaspec.engine.artifact import Artifact
     from llamaspec.models import recipes
 
 DIALECTS = ("upstream", "upstream-legacy", "ik-legacy", "ik-spec-type")
@@ -296,7 +296,7 @@ def _command(
 ) -> tuple[recipes.ServerCommand, Artifact | None]:
     """Render for the artifact (checked against its --help) or for an engine's default pin."""
     from llamaspec import config
-    from llamaspec.engine.build import load_artifact
+    from llamaspec.engine.artifact import load_artifact
     from llamaspec.models import recipes
     from llamaspec.models.dialects import dialect_for, server_help
 
@@ -340,7 +340,7 @@ def _command(
 
 
 def _serve(args: argparse.Namespace, console: Console) -> None:
-    from llamaspec.engine.build import newest_artifact
+    from llamaspec.engine.artifact import newest_artifact
     from llamaspec.models import catalog as models
     from llamaspec.models import recipes
 

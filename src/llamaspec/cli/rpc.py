@@ -70,7 +70,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _artifact(args: argparse.Namespace):
-    from llamaspec.engine.build import load_artifact, newest_artifact
+    from llamaspec.engine.artifact import load_artifact, newest_artifact
     from llamaspec.errors import LlamaspecError
 
     if args.artifact:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
-    from llamaspec.engine.build import Artifact
+    from llamaspec.engine.artifact import Artifact
 
 
 def add_artifact_args(p: argparse.ArgumentParser) -> None:
@@ -24,9 +24,9 @@ def add_artifact_args(p: argparse.ArgumentParser) -> None:
 
 def load_artifact(args: argparse.Namespace) -> Artifact:
     """The artifact `--artifact` names in `--dist`, else the newest one there."""
-    from llamaspec.engine import build
+    from llamaspec.engine.artifact import load_artifact, newest_artifact
 
-    return build.load_artifact(args.dist, args.artifact or build.newest_artifact(args.dist))
+    return load_artifact(args.dist, args.artifact or newest_artifact(args.dist))
 
 
 def positive(text: str) -> int:

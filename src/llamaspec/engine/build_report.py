@@ -12,7 +12,7 @@ from pathlib import Path
 
 from llamaspec import procs
 from llamaspec.engine import cuda_toolkit as cudatk
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.engine.toolchain import machine
 from llamaspec.paths import cache_dir
 

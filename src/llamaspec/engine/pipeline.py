@@ -19,6 +19,7 @@ from llamaspec.engine import build as build_stage
 from llamaspec.engine import patch_queue as patches
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import user_config as userconfig
+from llamaspec.engine.artifact import Artifact, check_dist
 from llamaspec.errors import LlamaspecError, choose
 
 
@@ -49,7 +50,7 @@ def run_build(
     console: Console,
     root: Path | None = None,
     engine: config.Engine | None = None,
-) -> build_stage.Artifact:
+) -> Artifact:
     """Fetch, patch and build `spec`; a failing file operation is one paragraph too.
 
     `engine`: a record to build instead of engines.yaml's (`bump` builds its candidate pin
@@ -94,7 +95,7 @@ def prepare(
     """Validate `spec`, fetch and patch the tree, and run preflight on it."""
     # Every input is validated before any work, and before the tools are looked for: a typo
     # is reported as a typo even on a machine without a compiler.
-    build_stage.check_dist(spec.dist)
+    check_dist(spec.dist)
     engines = config.load_engines(root)
     engine = record or engines[choose("engine", spec.engine, engines)]
     backend = backends.check_backend(spec.backend)
@@ -139,7 +140,7 @@ def prepare(
 
 def _run_build(
     spec: BuildSpec, console: Console, root: Path | None, record: config.Engine | None
-) -> build_stage.Artifact:
+) -> Artifact:
     p = prepare(spec, console, root, record)
     artifact = build_stage.build(
         p.engine,

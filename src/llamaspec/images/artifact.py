@@ -20,7 +20,7 @@ from rich.console import Console
 
 from llamaspec import procs
 from llamaspec.engine import reproducible as repro
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.images.stage import stage_runtime
 from llamaspec.images.tools import ContainerTool, attempt

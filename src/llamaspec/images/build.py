@@ -22,7 +22,7 @@ from rich.console import Console
 
 from llamaspec import procs
 from llamaspec.config import Engine
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import artifact as from_artifact
 from llamaspec.images import specs as images

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from llamaspec.engine import reproducible as repro
-from llamaspec.engine.build import Artifact, load_artifact
+from llamaspec.engine.artifact import Artifact, load_artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import specs as images
 from llamaspec.images.tools import ContainerTool, attempt

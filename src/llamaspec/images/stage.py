@@ -16,7 +16,7 @@ from rich.console import Console
 
 from llamaspec import procs
 from llamaspec.engine import profiles as flags
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.engine.pipeline import BuildSpec, run_build
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import specs as images

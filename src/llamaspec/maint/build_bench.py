@@ -23,7 +23,8 @@ from rich.console import Console
 from llamaspec import procs
 from llamaspec.config import read_yaml
 from llamaspec.engine import build as build_stage
-from llamaspec.engine.build import BUILD_TIMEOUT_S, Artifact
+from llamaspec.engine.artifact import Artifact
+from llamaspec.engine.build import BUILD_TIMEOUT_S
 from llamaspec.engine.toolchain import detect
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir, project_root

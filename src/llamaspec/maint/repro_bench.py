@@ -24,7 +24,8 @@ from rich.console import Console
 
 from llamaspec import procs
 from llamaspec.engine import reproducible as repro
-from llamaspec.engine.build import BUILD_SUBDIR, BUILD_TIMEOUT_S, Artifact, load_artifact
+from llamaspec.engine.artifact import Artifact, load_artifact
+from llamaspec.engine.build import BUILD_SUBDIR, BUILD_TIMEOUT_S
 from llamaspec.engine.profiles import Define
 from llamaspec.engine.toolchain import detect, machine
 from llamaspec.errors import LlamaspecError

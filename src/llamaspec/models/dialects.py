@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from llamaspec import config
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
 
 Method = Literal["draft", "ngram-simple", "ngram-map-k", "ngram-mod", "mtp"]

@@ -15,7 +15,7 @@ import yaml
 
 from llamaspec import config
 from llamaspec.config import ModelsFile, Recipe
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import dialects
 from llamaspec.paths import project_root

@@ -30,7 +30,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from llamaspec.engine import toolchain
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.models import dialects
 from llamaspec.perf import costmodel
 from llamaspec.perf.workloads import WORKLOADS, Workload

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from llamaspec import config
 from llamaspec.engine import toolchain
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import compat, dialects, drafts, hub
 from llamaspec.paths import user_config

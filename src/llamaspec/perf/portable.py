@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 
 from llamaspec.engine import reproducible as repro
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.perf.bench import request
 from llamaspec.runtime.client import Server, base_args, running, tail

@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 
 from llamaspec import config
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import recipes
 from llamaspec.perf import bench, netlab

@@ -33,7 +33,7 @@ from rich.console import Console
 from llamaspec import config
 from llamaspec import lock as lockfile
 from llamaspec.engine import toolchain
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, did_you_mean
 from llamaspec.models import catalog, dialects, recipes
 from llamaspec.paths import project_root, writable_root

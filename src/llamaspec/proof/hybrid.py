@@ -15,7 +15,7 @@ from llamaspec import procs
 from llamaspec.engine import build as build_stage
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import reproducible as repro
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.engine.toolchain import detect
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir

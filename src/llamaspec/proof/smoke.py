@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llamaspec import procs
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.proof import verify

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import catalog as models
 from llamaspec.models import compat, dialects, recipes

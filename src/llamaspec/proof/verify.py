@@ -29,7 +29,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from llamaspec.engine.build import Artifact
+from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.proof import oracle as oracle_mod

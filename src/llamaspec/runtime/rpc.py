@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamaspec.engine.build import RPC_SERVER_NAMES, Artifact
+from llamaspec.engine.artifact import RPC_SERVER_NAMES, Artifact
 from llamaspec.errors import LlamaspecError
 
 HELLO = 14
