@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from llamaspec.config import Engine, load_engines
-from llamaspec.engine.cuda_toolkit import DRIVER_MIN
+from llamaspec.engine.cuda.host import DRIVER_MIN
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.images import specs as images
 from llamaspec.images.tools import TRANSFER_S, ContainerTool, RemoteError, attempt, remote_labels
