@@ -208,3 +208,43 @@ def test_a_system_toolkit_keeps_its_libraries_under_targets(tmp_path: Path) -> N
     (tmp_path / "lib64").symlink_to(lib)
     assert tk.lib_dir == tmp_path / "lib64" and tk.link_dirs() == [lib.resolve()]
 
+
+def test_every_nvidia_smi_question_goes_through_the_one_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpu_names, driver_version and the machine description ask a stand-in nvidia-smi."""
+    from llamaspec.engine import toolchain
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        "  --query-gpu=name,compute_cap) echo 'NVIDIA H100, 9.0' ;;\n"
+        "  --query-gpu=driver_version) echo '580.65.06' ;;\n"
+        "  --query-gpu=name,driver_version) echo 'NVIDIA H100, 580.65.06' ;;\n"
+        "  *) exit 6 ;;\n"
+        "esac\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(smi.parent))
+    assert host.gpu_names() == ["NVIDIA H100, 9.0"]
+    assert host.driver_version() == "580.65.06"
+    assert toolchain.machine()["gpus"] == ["NVIDIA H100, driver 580.65.06"]
+    proc = host.nvidia_smi(["-L"])
+    assert proc is not None and proc.returncode == 6
+    assert host.nvidia_smi(["-L"], which=lambda _name: None) is None
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi at all
+    assert host.gpu_names() == [] and host.driver_version() is None
+    assert toolchain.machine()["gpus"] == []
+
+
+def test_no_module_but_the_host_probe_runs_nvidia_smi() -> None:
+    package = Path(host.__file__).resolve().parents[2]
+    others = [
+        p.relative_to(package).as_posix()
+        for p in sorted(package.rglob("*.py"))
+        if p.resolve() != Path(host.__file__).resolve()
+        and 'which("nvidia-smi")' in p.read_text(encoding="utf-8")
+    ]
+    assert others == []
