@@ -3,7 +3,7 @@ engines, and the bundling of the CUDA runtime libraries an artifact links.
 
 The compile check downloads the pinned CUDA 13 wheels once (about 525 MB) into the shared
 llamaspec cache, configures each engine's CUDA profile for sm_90 and compiles the sources
-`llamaspec.engine.cuda_check.KERNELS` names; a compile error fails the test.
+`llamaspec.engine.cuda.check.KERNELS` names; a compile error fails the test.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from llamaspec.engine import build as build_stage
-from llamaspec.engine import cuda_check, preflight, toolchain
-from llamaspec.engine import cuda_toolkit as ct
+from llamaspec.engine import preflight, toolchain
+from llamaspec.engine.cuda import check as cuda_check
+from llamaspec.engine.cuda import elf
 from llamaspec.errors import LlamaspecError
 
 from helpers import llamaspec
@@ -105,11 +106,11 @@ def fake_cuda(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_bundled_cuda_libraries_resolve_inside_the_artifact(fake_cuda) -> None:
     tree, lib = fake_cuda
-    assert ct.unresolved(tree) == {"bin/llama-server": ["libcublas.so.13 not found"]}
+    assert elf.unresolved(tree) == {"bin/llama-server": ["libcublas.so.13 not found"]}
     bundled = build_stage.bundle_runtime(tree, lib)
     assert sorted(b["name"] for b in bundled) == ["libcublas.so.13", "libcudart.so.13"]
     assert all(len(b["sha256"]) == 64 for b in bundled)
-    assert ct.unresolved(tree) == {}
+    assert elf.unresolved(tree) == {}
     moved = tree.parent / "moved"
     shutil.move(tree, moved)  # relocatable: the RUNPATH is $ORIGIN-relative
     assert subprocess.run([str(moved / "bin" / "llama-server")], check=False).returncode == 0

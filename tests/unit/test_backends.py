@@ -311,7 +311,7 @@ def test_llamaspec_config_must_name_a_readable_file(tmp_path, monkeypatch, kind:
 
 
 def test_private_vulkan_headers_are_verified_on_use() -> None:
-    from llamaspec.engine import vulkan_headers as vkheaders
+    from llamaspec.engine.vulkan import headers as vkheaders
 
     target = vkheaders.prefix()
     core = target.include_dir / "vulkan" / "vulkan_core.h"
@@ -330,7 +330,7 @@ def test_private_vulkan_headers_are_verified_on_use() -> None:
 
 
 def test_unpacking_dirs_of_killed_runs_are_removed(tmp_path: Path) -> None:
-    from llamaspec.engine import vulkan_headers as vkheaders
+    from llamaspec.engine.vulkan import headers as vkheaders
 
     parent = vkheaders.prefix().root.parent
     stale = parent / f".tmp-{vkheaders.RELEASE}-999999999"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamaspec.engine import cuda_toolkit as ct
+from llamaspec.engine.cuda import assemble, choice, elf, host, toolkit
 from llamaspec.errors import LlamaspecError
 
 pytestmark = pytest.mark.unit
@@ -36,14 +36,15 @@ WHEELS = {
 def _wheel(dest: Path, name: str, files: dict[str, str]) -> tuple[str, Path]:
     """A minimal valid wheel: the files under nvidia/cu13/ plus dist-info."""
     dist = name.replace("-", "_")
-    path = dest / f"{dist}-13.0.1-py3-none-{ct.machine() and 'manylinux2014_' + ct.machine()}.whl"
+    arch = toolkit.machine()
+    path = dest / f"{dist}-13.0.1-py3-none-{arch and 'manylinux2014_' + arch}.whl"
     info = f"{dist}-13.0.1.dist-info"
     record = []
     with zipfile.ZipFile(path, "w") as z:
         entries = {f"nvidia/cu13/{k}": v for k, v in files.items()}
         entries[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: 13.0.1\n"
         entries[f"{info}/WHEEL"] = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-        entries[f"{info}/WHEEL"] += f"Tag: py3-none-manylinux2014_{ct.machine()}\n"
+        entries[f"{info}/WHEEL"] += f"Tag: py3-none-manylinux2014_{toolkit.machine()}\n"
         for arc, text in entries.items():
             zi = zipfile.ZipInfo(arc)
             zi.external_attr = (0o100755 if "bin/" in arc else 0o100644) << 16
@@ -68,7 +69,7 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
                 "name": name,
                 "version": "13.0.1",
                 "files": {
-                    ct.machine(): {
+                    toolkit.machine(): {
                         "file": path.name,
                         "sha256": hashlib.sha256(data).hexdigest(),
                         "size": len(data),
@@ -90,11 +91,11 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
 def test_pypi_assembles_a_whole_root_once(index: tuple[Path, Path]) -> None:
     project, links = index
     said: list[str] = []
-    tk = ct.resolve("pypi", project, said.append)
-    assert ct.missing(tk.root) == [] and tk.version == (13, 0)
+    tk = choice.resolve("pypi", project, said.append)
+    assert toolkit.missing(tk.root) == [] and tk.version == (13, 0)
     assert (tk.root / ".complete").is_file() and (tk.root / "lib64").resolve() == tk.lib_dir
     assert os.readlink(tk.lib_dir / "libcublas.so") == "libcublas.so.13"
-    assert (tk.root / "targets" / f"{ct.machine()}-linux" / "include" / "cublas_v2.h").exists()
+    assert (tk.root / "targets" / f"{toolkit.machine()}-linux" / "include" / "cublas_v2.h").exists()
     assert os.access(tk.nvcc, os.X_OK)
     names = {d.name: d for d in tk.defines()}
     assert names["CMAKE_CUDA_COMPILER"].value == str(tk.nvcc)
@@ -109,7 +110,7 @@ def test_pypi_assembles_a_whole_root_once(index: tuple[Path, Path]) -> None:
     for wheel in links.iterdir():
         wheel.unlink()  # a second resolve neither downloads nor unpacks
     again: list[str] = []
-    assert ct.resolve("pypi", project, again.append).root == tk.root and again == []
+    assert choice.resolve("pypi", project, again.append).root == tk.root and again == []
 
 
 def test_a_wheel_whose_sha256_differs_from_the_lock_is_deleted(index) -> None:
@@ -118,7 +119,7 @@ def test_a_wheel_whose_sha256_differs_from_the_lock_is_deleted(index) -> None:
     with zipfile.ZipFile(victim, "a") as z:
         z.writestr("nvidia/cu13/include/extra.h", "tampered")
     with pytest.raises(LlamaspecError) as err:
-        ct.resolve("pypi", project, lambda _m: None)
+        choice.resolve("pypi", project, lambda _m: None)
     assert (
         "llamaspec.lock pins" in err.value.message and "nothing was unpacked" in err.value.message
     )
@@ -129,23 +130,23 @@ def test_a_wheel_whose_sha256_differs_from_the_lock_is_deleted(index) -> None:
 
 def test_an_interrupted_assembly_is_never_used(index) -> None:
     project, _ = index
-    lock = ct.pinned(project)
+    lock = assemble.pinned(project)
     base = Path(os.environ["LLAMASPEC_CACHE"]) / "cuda-toolkit"
-    half = base / ct.root_name(lock, None)
+    half = base / assemble.root_name(lock, None)
     (half / "bin").mkdir(parents=True)  # a root without .complete, as a killed run leaves it
     stale = base / ".tmp-x-999999999"
     stale.mkdir()
-    tk = ct.resolve("pypi", project, lambda _m: None)
-    assert tk.root == half and not ct.missing(half) and not stale.exists()
+    tk = choice.resolve("pypi", project, lambda _m: None)
+    assert tk.root == half and not toolkit.missing(half) and not stale.exists()
 
 
 def test_too_little_disk_is_refused_before_downloading(index) -> None:
     project, _ = index
     lock = yaml.safe_load((project / "llamaspec.lock").read_text())
-    lock["cuda_toolkit"]["wheels"][0]["files"][ct.machine()]["unpacked"] = 10**16
+    lock["cuda_toolkit"]["wheels"][0]["files"][toolkit.machine()]["unpacked"] = 10**16
     (project / "llamaspec.lock").write_text(yaml.safe_dump(lock))
     with pytest.raises(LlamaspecError) as err:
-        ct.resolve("pypi", project, lambda _m: None)
+        choice.resolve("pypi", project, lambda _m: None)
     assert "Not enough disk for the CUDA toolkit" in err.value.message
     assert "nothing was downloaded" in err.value.message
     assert not (Path(os.environ["LLAMASPEC_CACHE"]) / "cuda-wheels").exists()
@@ -161,29 +162,29 @@ def test_a_directory_names_the_missing_piece(tmp_path: Path) -> None:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text("")
     with pytest.raises(LlamaspecError) as err:
-        ct.resolve(str(root), tmp_path, lambda _m: None)
+        choice.resolve(str(root), tmp_path, lambda _m: None)
     assert "lacks cuBLAS headers, cuBLAS libraries" in err.value.message
     (root / "bin" / "nvcc").unlink()
     with pytest.raises(LlamaspecError) as err:
-        ct.resolve(str(root), tmp_path, lambda _m: None)
+        choice.resolve(str(root), tmp_path, lambda _m: None)
     assert "lacks nvcc" in err.value.message
     with pytest.raises(LlamaspecError, match="no such directory"):
-        ct.resolve(str(tmp_path / "nope"), tmp_path, lambda _m: None)
+        choice.resolve(str(tmp_path / "nope"), tmp_path, lambda _m: None)
     with pytest.raises(LlamaspecError, match="is empty"):
-        ct.resolve("  ", tmp_path, lambda _m: None)
+        choice.resolve("  ", tmp_path, lambda _m: None)
 
 
 def test_archs_the_pinned_toolkit_cannot_target_are_refused_before_download(index) -> None:
     project, _ = index
     with pytest.raises(LlamaspecError) as err:
-        ct.check_archs_before_download("pypi", ("61", "86"), project)
+        choice.check_archs_before_download("pypi", ("61", "86"), project)
     assert "cannot compile for sm_61" in err.value.message and "sm_75" in err.value.message
-    ct.check_archs_before_download("pypi", ("75", "90a-real"), project)
+    choice.check_archs_before_download("pypi", ("75", "90a-real"), project)
 
 
 def test_driver_versions_against_cuda_majors() -> None:
-    assert ct.driver_ok("580.65.06", 13) and not ct.driver_ok("575.57.08", 13)
-    assert ct.driver_ok("550.54.15", 12) and not ct.driver_ok("garbage", 13)
+    assert host.driver_ok("580.65.06", 13) and not host.driver_ok("575.57.08", 13)
+    assert host.driver_ok("550.54.15", 12) and not host.driver_ok("garbage", 13)
 
 
 def test_runtime_libraries_follow_needed_entries(tmp_path: Path) -> None:
@@ -191,18 +192,59 @@ def test_runtime_libraries_follow_needed_entries(tmp_path: Path) -> None:
     lib = tmp_path / "lib"
     lib.mkdir()
     true = Path("/bin/true").resolve()
-    libc = next(n for n in ct.needed(true) if n.startswith("libc.so"))
-    assert ct.runtime_libraries([true], lib) == []  # libc is no CUDA runtime library
+    libc = next(n for n in elf.needed(true) if n.startswith("libc.so"))
+    assert elf.runtime_libraries([true], lib) == []  # libc is no CUDA runtime library
     assert libc == "libc.so.6"
 
 
 def test_a_system_toolkit_keeps_its_libraries_under_targets(tmp_path: Path) -> None:
     # measured on a GPU machine: /usr/local/cuda-13.0 has no lib/, only targets/<arch>/lib
     # (lib64 a link to it); looking in lib/ bundled nothing and the artifact was refused
-    lib = tmp_path / "targets" / f"{ct.machine()}-linux" / "lib"
+    lib = tmp_path / "targets" / f"{toolkit.machine()}-linux" / "lib"
     lib.mkdir(parents=True)
     (lib / "libcudart.so.13").write_bytes(b"")
-    tk = ct.Toolkit(tmp_path, (13, 0), "system", "system CUDA 13.0")
+    tk = toolkit.Toolkit(tmp_path, (13, 0), "system", "system CUDA 13.0")
     assert tk.lib_dir == lib and tk.link_dirs() == [lib.resolve()]
     (tmp_path / "lib64").symlink_to(lib)
     assert tk.lib_dir == tmp_path / "lib64" and tk.link_dirs() == [lib.resolve()]
+
+
+def test_every_nvidia_smi_question_goes_through_the_one_helper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpu_names, driver_version and the machine description ask a stand-in nvidia-smi."""
+    from llamaspec.engine import toolchain
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        "  --query-gpu=name,compute_cap) echo 'NVIDIA H100, 9.0' ;;\n"
+        "  --query-gpu=driver_version) echo '580.65.06' ;;\n"
+        "  --query-gpu=name,driver_version) echo 'NVIDIA H100, 580.65.06' ;;\n"
+        "  *) exit 6 ;;\n"
+        "esac\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(smi.parent))
+    assert host.gpu_names() == ["NVIDIA H100, 9.0"]
+    assert host.driver_version() == "580.65.06"
+    assert toolchain.machine()["gpus"] == ["NVIDIA H100, driver 580.65.06"]
+    proc = host.nvidia_smi(["-L"])
+    assert proc is not None and proc.returncode == 6
+    assert host.nvidia_smi(["-L"], which=lambda _name: None) is None
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi at all
+    assert host.gpu_names() == [] and host.driver_version() is None
+    assert toolchain.machine()["gpus"] == []
+
+
+def test_no_module_but_the_host_probe_runs_nvidia_smi() -> None:
+    package = Path(host.__file__).resolve().parents[2]
+    others = [
+        p.relative_to(package).as_posix()
+        for p in sorted(package.rglob("*.py"))
+        if p.resolve() != Path(host.__file__).resolve()
+        and 'which("nvidia-smi")' in p.read_text(encoding="utf-8")
+    ]
+    assert others == []

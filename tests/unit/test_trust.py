@@ -368,7 +368,7 @@ def test_an_nvcc_that_prints_nothing_is_a_failed_check_not_a_crash(
     nvcc.chmod(0o755)
     monkeypatch.setenv("CUDACXX", str(nvcc))
     assert preflight.probe_nvcc(str(nvcc)).version == ()
-    from llamaspec.engine.cuda_toolkit import Toolkit
+    from llamaspec.engine.cuda.toolkit import Toolkit
 
     toolkit = Toolkit(tmp_path / "toolkit", (), "a test", "test")
     toolkit.nvcc.parent.mkdir(parents=True)

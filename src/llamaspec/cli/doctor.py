@@ -38,9 +38,10 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         return False
     from llamaspec import config
     from llamaspec.engine import backends, preflight, sources, toolchain
-    from llamaspec.engine import cuda_toolkit as cudatk
-    from llamaspec.engine import vulkan_headers as vkheaders
+    from llamaspec.engine.cuda.assemble import NotAssembled
+    from llamaspec.engine.cuda.choice import resolve as resolve_toolkit
     from llamaspec.engine.pipeline import resolve_options
+    from llamaspec.engine.vulkan import headers as vkheaders
     from llamaspec.errors import choose
     from llamaspec.paths import project_root
 
@@ -65,8 +66,8 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         toolkit, note = None, ""
         if backend == "cuda":
             try:
-                toolkit = cudatk.resolve(args.cuda_toolkit, project_root(), console.print, False)
-            except cudatk.NotAssembled as exc:
+                toolkit = resolve_toolkit(args.cuda_toolkit, project_root(), console.print, False)
+            except NotAssembled as exc:
                 note = exc.message
         result = preflight.run(
             backend, tools, tree, opts.archs, opts.defines, toolkit, doctor_note=note

@@ -71,7 +71,7 @@ def kept_from(summary: Path, engines: list[str]) -> tuple[list[dict], dict[str, 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command == "cuda-compile-check":
-        from llamaspec.engine import cuda_check
+        from llamaspec.engine.cuda import check as cuda_check
 
         record = cuda_check.run(options.build_spec(args, backend="cuda"), console)
         if args.out:
@@ -80,12 +80,12 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command != "gpu-acceptance":
         return False
     from llamaspec.cli.main import main
-    from llamaspec.engine import cuda_toolkit as cudatk
     from llamaspec.engine.artifact import newest_artifact
+    from llamaspec.engine.cuda import host as gpuhost
     from llamaspec.errors import choose
 
-    gpus = cudatk.gpu_names()
-    driver = cudatk.driver_version()
+    gpus = gpuhost.gpu_names()
+    driver = gpuhost.driver_version()
     if not gpus:
         raise LlamaspecError(
             "gpu-acceptance needs an NVIDIA GPU, and none is visible here (`nvidia-smi` is "

@@ -18,11 +18,11 @@ from rich.console import Console
 
 from llamaspec import __version__, procs, progress
 from llamaspec.config import Engine
-from llamaspec.engine import cuda_toolkit as cudatk
 from llamaspec.engine import gitutil
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.artifact import RPC_SERVER_NAMES, Artifact, load_artifact
+from llamaspec.engine.cuda import elf
 from llamaspec.engine.patch_queue import PatchedTree
 from llamaspec.engine.sources import sha256_file
 from llamaspec.engine.toolchain import Toolchain
@@ -563,13 +563,13 @@ def bundle_runtime(tree: Path, lib_dir: Path) -> list[dict]:
     """Copy the toolkit libraries the tree's binaries need into tree/lib; check with ldd."""
     elfs = [p for p in (*tree.glob("bin/*"), *tree.glob("lib/*.so*")) if not p.is_symlink()]
     bundled = []
-    for src in cudatk.runtime_libraries(elfs, lib_dir):
+    for src in elf.runtime_libraries(elfs, lib_dir):
         dest = tree / "lib" / src.name
         shutil.copy2(src.resolve(), dest)
         bundled.append(
             {"name": src.name, "sha256": sha256_file(dest), "from": str(src.resolve().name)}
         )
-    problems = cudatk.unresolved(tree)
+    problems = elf.unresolved(tree)
     if problems:
         listing = "; ".join(f"{f}: {', '.join(v)}" for f, v in problems.items())
         raise LlamaspecError(

@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 from llamaspec import procs
-from llamaspec.engine import cuda_toolkit as cudatk
 from llamaspec.engine.artifact import Artifact
+from llamaspec.engine.cuda import elf
 from llamaspec.engine.toolchain import machine
 from llamaspec.paths import cache_dir
 
@@ -37,7 +37,7 @@ def cuda_report(art: Artifact) -> Path:
     seconds = m.get("build_seconds", {})
     bundled = m.get("bundled_libs", [])
     lib_sizes = {b["name"]: (art.path / "lib" / b["name"]).stat().st_size for b in bundled}
-    ldd = cudatk.unresolved(art.path)
+    ldd = elf.unresolved(art.path)
     needs_driver = sorted(
         {
             str(p.relative_to(art.path))

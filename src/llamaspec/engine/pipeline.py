@@ -14,12 +14,14 @@ from rich.console import Console
 
 from llamaspec import config
 from llamaspec import lock as lockfile
-from llamaspec.engine import backends, build_report, cuda_toolkit, preflight, sources, toolchain
+from llamaspec.engine import backends, build_report, preflight, sources, toolchain
 from llamaspec.engine import build as build_stage
 from llamaspec.engine import patch_queue as patches
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import user_config as userconfig
 from llamaspec.engine.artifact import Artifact, check_dist
+from llamaspec.engine.cuda import choice as cuda_choice
+from llamaspec.engine.cuda.toolkit import Toolkit
 from llamaspec.errors import LlamaspecError, choose
 
 
@@ -86,7 +88,7 @@ class Prepared:
     resolved: Options
     tools: toolchain.Toolchain
     checked: preflight.Preflight
-    toolkit: cuda_toolkit.Toolkit | None
+    toolkit: Toolkit | None
 
 
 def prepare(
@@ -113,8 +115,8 @@ def prepare(
     toolkit = None
     if backend == "cuda":
         project = root or _root()
-        cuda_toolkit.check_archs_before_download(spec.cuda_toolkit, resolved.archs, project)
-        toolkit = cuda_toolkit.resolve(spec.cuda_toolkit, project, say)
+        cuda_choice.check_archs_before_download(spec.cuda_toolkit, resolved.archs, project)
+        toolkit = cuda_choice.resolve(spec.cuda_toolkit, project, say)
     elif spec.cuda_toolkit != "auto":
         raise LlamaspecError(
             f"--cuda-toolkit applies to --backend cuda only, not {backend!r}; drop it or build "

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from llamaspec import procs
 from llamaspec.engine import backends
-from llamaspec.engine import cuda_toolkit as cudatk
-from llamaspec.engine import vulkan_headers as vkheaders
+from llamaspec.engine.cuda import host as gpuhost
+from llamaspec.engine.cuda import toolkit as cudatk
 from llamaspec.engine.profiles import Define
 from llamaspec.engine.toolchain import Toolchain
+from llamaspec.engine.vulkan import headers as vkheaders
 from llamaspec.errors import LlamaspecError
 
 
@@ -247,7 +248,7 @@ def cuda_checks(
 
 def _driver_check(cuda_major: int | None) -> Check:
     """The driver where one is visible: does it run this CUDA major? Too old is refused."""
-    driver = cudatk.driver_version()
+    driver = gpuhost.driver_version()
     if driver is None:
         return Check(
             "NVIDIA driver",
@@ -257,8 +258,8 @@ def _driver_check(cuda_major: int | None) -> Check:
         )
     if cuda_major is None:
         return Check("NVIDIA driver", True, f"driver {driver}", required=False)
-    need = cudatk.DRIVER_MIN.get(cuda_major, 0)
-    ok = cudatk.driver_ok(driver, cuda_major)
+    need = gpuhost.DRIVER_MIN.get(cuda_major, 0)
+    ok = gpuhost.driver_ok(driver, cuda_major)
     return Check(
         "NVIDIA driver",
         ok,
@@ -274,7 +275,7 @@ def _cuda_pkg(version: tuple[int, ...]) -> str:
 
 
 def _gpus() -> str:
-    return "; ".join(cudatk.gpu_names())
+    return "; ".join(gpuhost.gpu_names())
 
 
 # ---------------------------------------------------------------- Vulkan

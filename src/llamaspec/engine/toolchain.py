@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llamaspec import procs
+from llamaspec.engine.cuda.host import nvidia_smi
 from llamaspec.errors import LlamaspecError
 
 
@@ -76,18 +77,15 @@ def machine() -> dict:
     except OSError:
         pass
     gpus: list[str] = []
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        query = [smi, "--query-gpu=name,driver_version", "--format=csv,noheader"]
-        try:
-            out = procs.run(query, timeout=20, check=False, what="nvidia-smi")
-        except LlamaspecError:
-            out = None
-        if out is not None and out.returncode == 0:
-            gpus = [
-                ", driver ".join(p.strip() for p in ln.split(","))
-                for ln in out.stdout.splitlines()
-                if ln.strip()
-            ]
+    try:
+        out = nvidia_smi(["--query-gpu=name,driver_version", "--format=csv,noheader"], 20)
+    except LlamaspecError:
+        out = None
+    if out is not None and out.returncode == 0:
+        gpus = [
+            ", driver ".join(p.strip() for p in ln.split(","))
+            for ln in out.stdout.splitlines()
+            if ln.strip()
+        ]
     desc = f"{cpu}, {cores} cores" + (f"; GPU: {'; '.join(gpus)}" if gpus else "; no GPU")
     return {"cpu": cpu, "cores": cores, "gpus": gpus, "description": desc}

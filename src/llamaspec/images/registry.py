@@ -13,12 +13,11 @@ from pathlib import Path
 from rich.console import Console
 
 from llamaspec.config import Engine, load_engines
-from llamaspec.engine.cuda_toolkit import DRIVER_MIN
+from llamaspec.engine.cuda.host import DRIVER_MIN, nvidia_smi
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.images import specs as images
 from llamaspec.images.tools import TRANSFER_S, ContainerTool, RemoteError, attempt, remote_labels
 
-NVIDIA_SMI_S = 30
 # Who signs published images: the publishing workflow, keyless, through GitHub's OIDC.
 SIGNER_ISSUER = "https://token.actions.githubusercontent.com"
 SIGNER_IDENTITY = r"^https://github\.com/[^/]+/[^/]+/\.github/workflows/docker\.yml@"
@@ -67,16 +66,15 @@ def detect_host(
     gpus = root / "proc/driver/nvidia/gpus"
     if gpus.is_dir() and any(gpus.iterdir()):
         return HostBackend("cuda", f"NVIDIA GPU(s) in {gpus}")
-    smi = which("nvidia-smi")
-    if smi and root == Path("/"):
+    if root == Path("/"):
         try:
-            listed = attempt([smi, "-L"], NVIDIA_SMI_S)
+            listed = nvidia_smi(["-L"], which=which)
         except LlamaspecError as err:
             raise LlamaspecError(
                 f"nvidia-smi could not list this host's GPUs ({err}) The NVIDIA driver may be "
                 "hung; name the image's backend yourself with --backend cuda, vulkan or cpu."
             ) from None
-        if listed.returncode == 0 and "GPU" in listed.stdout:
+        if listed is not None and listed.returncode == 0 and "GPU" in listed.stdout:
             return HostBackend("cuda", listed.stdout.strip().splitlines()[0])
     icds = sorted(
         p.name
@@ -117,15 +115,14 @@ class CudaHost:
 def cuda_host(which: Callable[[str], str | None] = shutil.which) -> CudaHost:
     """Driver version and compute capability (`nvidia-smi --query-gpu`), or why a CUDA
     image cannot run here."""
-    smi = which("nvidia-smi")
-    if not smi:
+    query = ["--query-gpu=driver_version,compute_cap", "--format=csv,noheader"]
+    proc = nvidia_smi(query, which=which)
+    if proc is None:
         raise LlamaspecError(
             "A cuda image was asked for, but this host has no NVIDIA driver (nvidia-smi is "
             "not on PATH), so no CUDA image can run here. Pull the image for this host "
             "(leave out --backend) or --backend cpu."
         )
-    query = [smi, "--query-gpu=driver_version,compute_cap", "--format=csv,noheader"]
-    proc = attempt(query, NVIDIA_SMI_S)
     rows = [r.split(",") for r in proc.stdout.strip().splitlines() if "," in r]
     try:
         driver, cap = rows[0][0].strip(), rows[0][1].strip()

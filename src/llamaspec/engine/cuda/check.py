@@ -86,7 +86,7 @@ def object_targets(build_dir: Path, tree: Path, sources: list[str]) -> dict[str,
         raise LlamaspecError(
             f"The CUDA compile check names {', '.join(gone)}, which this tree's CUDA build "
             "does not compile (moved or renamed at this pin?). Update KERNELS in "
-            "llamaspec/engine/cuda_check.py."
+            "llamaspec/engine/cuda/check.py."
         )
     return found
 
