@@ -259,8 +259,8 @@ def test_state_resumes_only_the_same_run(tmp_path: Path) -> None:
     path = tmp_path / "tune.state.json"
     state = tune.State.load(path, "key-a")
     state.baseline = {"copy": 70.0, "_seconds": 12.0}
-    state.done["c1"] = {"label": "one", "passed": True, "score": 1.5}
-    state.done["c2"] = {"label": "two", "passed": False, "score": 0.0}
+    state.done["c1"] = tune.CandidateResult("one", {}, (), passed=True, score=1.5)
+    state.done["c2"] = tune.CandidateResult("two", {}, (), passed=False, score=0.0)
     state.save()
     again = tune.State.load(path, "key-a")
     assert again.baseline == state.baseline and set(again.done) == {"c1", "c2"}
@@ -269,36 +269,40 @@ def test_state_resumes_only_the_same_run(tmp_path: Path) -> None:
     path.write_text("{not json")
     assert tune.State.load(path, "key-a").done == {}
     assert tune.best(again.done) is None  # no candidate timed twice yet
-    again.second["c1"] = {"speedups": {"copy": 1.2}, "score": 1.2}
+    again.second["c1"] = tune.PassTiming({"copy": 1.2}, 1.2)
     again.save()
     resumed = tune.State.load(path, "key-a")
     assert resumed.second == again.second
     resumed.done["c1"] = tune.both_passes(resumed.done["c1"], resumed.second["c1"])
-    assert tune.best(resumed.done)["label"] == "one"
+    assert tune.best(resumed.done).label == "one"
 
 
 def test_winner_is_chosen_on_both_passes() -> None:
     """Pass 1's best can lose: the leaders are timed again and the winner has the best
     geometric mean of both scores; the report shows both figures and their spread."""
+
+    def timed(label: str, score: float) -> tune.CandidateResult:
+        return tune.CandidateResult(label, {}, (), True, score, speedups={"qa": score})
+
     done = {
-        "lucky": {"label": "lucky", "passed": True, "score": 2.0, "speedups": {"qa": 2.0}},
-        "steady": {"label": "steady", "passed": True, "score": 1.8, "speedups": {"qa": 1.8}},
-        "third": {"label": "third", "passed": True, "score": 1.5, "speedups": {"qa": 1.5}},
-        "fourth": {"label": "fourth", "passed": True, "score": 1.4, "speedups": {"qa": 1.4}},
-        "bad": {"label": "bad", "passed": False, "refused": True, "score": 0.0, "check": "x"},
+        "lucky": timed("lucky", 2.0),
+        "steady": timed("steady", 1.8),
+        "third": timed("third", 1.5),
+        "fourth": timed("fourth", 1.4),
+        "bad": tune.CandidateResult("bad", {}, (), False, 0.0, refused=True, check="x"),
     }
     assert tune.leaders(done) == ["lucky", "steady", "third"]  # at least three, refused never
     second = {
-        "lucky": {"speedups": {"qa": 1.2}, "score": 1.2},
-        "steady": {"speedups": {"qa": 1.8}, "score": 1.8},
-        "third": {"speedups": {"qa": 1.5}, "score": 1.5},
+        "lucky": tune.PassTiming({"qa": 1.2}, 1.2),
+        "steady": tune.PassTiming({"qa": 1.8}, 1.8),
+        "third": tune.PassTiming({"qa": 1.5}, 1.5),
     }
     for k, v in second.items():
         done[k] = tune.both_passes(done[k], v)
     win = tune.best(done)
-    assert win["label"] == "steady" and win["final_score"] == pytest.approx(1.8)
-    assert done["lucky"]["spread"] == pytest.approx(0.8)
-    assert done["lucky"]["final_score"] == pytest.approx((2.0 * 1.2) ** 0.5, rel=1e-3)
+    assert win.label == "steady" and win.final_score == pytest.approx(1.8)
+    assert done["lucky"].spread == pytest.approx(0.8)
+    assert done["lucky"].final_score == pytest.approx((2.0 * 1.2) ** 0.5, rel=1e-3)
     assert tune._verdict(done["bad"]).startswith("refused, not timed")
     assert tune.second_pass_seconds(10.0, 2, 3) == pytest.approx(3 * (22.0 + 10.0))
 
@@ -390,7 +394,7 @@ def test_a_candidate_that_fails_the_fast_check_is_refused_and_never_timed(
         None, None, "llama.cpp", c, plan.target, plan.target, None, "upstream", "",
         (), None, 0, tmp_path, Console(),
     )  # fmt: skip
-    assert r["refused"] and not r["passed"] and "speedups" not in r and r["score"] == 0.0
+    assert r.refused and not r.passed and r.speedups is None and r.score == 0.0
     assert tune._verdict(r) == "refused, not timed: code: first difference at token 3"
     assert tune.leaders({"x": r}) == []
 
@@ -427,3 +431,43 @@ def test_host_bandwidth_bounds_only_a_cpu_report() -> None:
     md = bench.markdown(report)
     assert "plain-decoding limit: not estimated (cuda backend" in md
     assert "→ plain-decoding limit" not in md
+
+
+def test_bench_and_tune_reports_are_written_from_their_frozen_results() -> None:
+    """The typed results rebuilt from the committed reports give each file back byte for
+    byte: their fields are the report's keys, in the same order, and they are frozen."""
+    from dataclasses import FrozenInstanceError, fields
+
+    keys = [f.name for f in fields(bench.BenchReport)]
+    current = [
+        p
+        for p in sorted((ROOT / "reports").glob("bench-*.json"))
+        if list(json.loads(p.read_text())) == keys  # older reports have other keys
+    ]
+    assert current
+    for path in current:
+        raw = json.loads(path.read_text())
+        cells = tuple(
+            bench.Cell(
+                w["workload"],
+                w["concurrency"],
+                *(tuple(bench.Sample(**s) for s in w[k]) for k in ("plain", "spec", "warm")),
+                w["summary"],
+            )
+            for w in raw["workloads"]
+        )
+        report = bench.BenchReport(**{**raw, "workloads": cells})
+        assert json.dumps(report.to_json(), indent=2) + "\n" == path.read_text(), path.name
+    with pytest.raises(FrozenInstanceError):
+        report.wall_seconds = 0.0  # type: ignore[misc]
+    tuned = sorted((ROOT / "reports").glob("tune-*.json"))
+    assert tuned
+    for path in tuned:
+        raw = json.loads(path.read_text())
+        results = tuple(tune.CandidateResult.from_json(r) for r in raw["results"])
+        win = raw["winner"] and tune.CandidateResult.from_json(raw["winner"])
+        report = tune.TuneReport(**{**raw, "results": results, "winner": win})
+        assert json.dumps(report.to_json(), indent=2) + "\n" == path.read_text(), path.name
+        assert report.winner in report.results and report.report_path is None
+    with pytest.raises(FrozenInstanceError):
+        report.winner = None  # type: ignore[misc]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError, replace
+
 import pytest
 
 from llamaspec.proof import smoke, verify
@@ -60,14 +62,16 @@ def _strict(kind: str, accepted: int = 4) -> smoke.StrictResult:
 
 
 def test_report_passes_on_the_strict_comparison_not_the_quantized_one() -> None:
-    report = smoke.SmokeReport("id", "draft", [])
-    report.results.append(smoke.PromptResult("p", c([1]), c([2], 5, 4), smoke.Verdict("hard", 0)))
+    quantized = smoke.PromptResult("p", c([1]), c([2], 5, 4), smoke.Verdict("hard", 0))
+    report = smoke.SmokeReport("id", "draft", (), (quantized,))
     assert not report.passed  # no strict comparison ran: nothing is proven
-    report.strict.append(_strict("identical"))
+    report = replace(report, strict=(_strict("identical"),))
     assert report.passed  # a quantized difference is information, not a failure
     assert report.to_json()["acceptance"] == 0.8
-    report.strict.append(_strict("different"))
+    report = replace(report, strict=(*report.strict, _strict("different")))
     assert not report.passed and report.strict_failures[0].case.kind == "different"
+    with pytest.raises(FrozenInstanceError):  # built once, when the smoke is over
+        report.wall_seconds = 1.0  # type: ignore[misc]
 
 
 def test_strict_short_output_fails_unless_it_is_a_known_defect() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,13 @@ pytestmark = pytest.mark.unit
 
 
 def test_summary_reports_speedup_acceptance_and_ratio() -> None:
-    cell = bench.Cell("code", 1)
-    cell.plain = [
+    plain = (
         bench.Sample(64, 10.0, 7.0),
         bench.Sample(64, 12.0, 6.0),
         bench.Sample(64, 11.0, 6.5),
-    ]
-    cell.spec = [bench.Sample(64, 16.5, 4.0, 40, 30, 10, [9, 8, 7, 6])] * 3
+    )
+    spec = (bench.Sample(64, 16.5, 4.0, 40, 30, 10, (9, 8, 7, 6)),) * 3
+    cell = bench.Cell("code", 1, plain, spec)
     s = bench.summarize(cell, {1: 10.0, 2: 11.0, 4: 12.0, 5: 12.5}, 0.0, True)
     assert s["speedup"] == pytest.approx(1.5) and s["acceptance"] == 0.75
     assert s["mean_accepted_length"] == 3.0 and s["plain_tps_spread"] == [10.0, 12.0]
@@ -37,10 +38,13 @@ def test_summary_reports_speedup_acceptance_and_ratio() -> None:
 def test_warm_figures_are_a_second_labelled_column_beside_first_exposure() -> None:
     """The headline is first exposure; a method that keeps state gets its warm figure (the
     same workload again) in columns of its own, with its own acceptance and prediction."""
-    cell = bench.Cell("copy", 1)
-    cell.plain = [bench.Sample(64, 10.0, 7.0)] * 3
-    cell.spec = [bench.Sample(64, 9.0, 7.0, 10, 2, 5, [0.2])] * 3
-    cell.warm = [bench.Sample(64, 20.0, 3.0, 40, 36, 6, [0.9])] * 3
+    cell = bench.Cell(
+        "copy",
+        1,
+        plain=(bench.Sample(64, 10.0, 7.0),) * 3,
+        spec=(bench.Sample(64, 9.0, 7.0, 10, 2, 5, (0.2,)),) * 3,
+        warm=(bench.Sample(64, 20.0, 3.0, 40, 36, 6, (0.9,)),) * 3,
+    )
     s = bench.summarize(cell, {1: 10.0, 2: 11.0, 9: 14.0}, 0.0, True)
     assert s["speedup"] == pytest.approx(0.9) and s["warm_speedup"] == pytest.approx(2.0)
     assert s["acceptance"] == 0.2 and s["warm_acceptance"] == 0.9
@@ -50,7 +54,7 @@ def test_warm_figures_are_a_second_labelled_column_beside_first_exposure() -> No
     (row,) = bench.rows(report)
     assert bench.head(report)[-3:] == bench.WARM_HEAD and row[4] == "0.90×" and row[-3] == "2.00×"
     # a stateless method has no warm columns, and its summary no warm keys
-    del cell.warm[:]
+    cell = replace(cell, warm=())
     assert not any(k.startswith("warm") for k in bench.summarize(cell, None, 0.0, True))
     assert bench.head({"keeps_state": []}) == bench.HEAD
     assert {"ngram-mod", "ngram-cache"} <= bench.KEEPS_STATE and "draft" not in bench.KEEPS_STATE

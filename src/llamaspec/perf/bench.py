@@ -8,8 +8,10 @@ pool), so no repetition replays an answer the method has already seen. Methods t
 state across requests (`KEEPS_STATE`) get a second, labelled figure measured on purpose:
 the same workload again on the same server (warm). Before the workloads, the cost model times the
 target on batches (`costmodel`), so every workload's measured speedup comes with the one
-the machine's costs predict. Writes reports/bench-<name>-<artifact>.{json,md,png}.
-Speed is measured here, never asserted in tests.
+the machine's costs predict. `bench` returns a frozen `BenchReport`; its `to_json()` is
+reports/bench-<name>-<artifact>.json, rendered beside it as .md and .png (the renderers read
+that JSON form, so a report file read back renders the same). Speed is measured here, never
+asserted in tests.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -154,7 +156,7 @@ def plan(
     return BenchPlan(name, tuple(plain), tuple(spec), tuple(types), target, draft, k_max)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Sample:
     """One run of a workload on one server: all clients together."""
 
@@ -164,17 +166,66 @@ class Sample:
     drafted: int = 0
     accepted: int = 0
     drafts: int = 0
-    per_pos: list[float] = field(default_factory=list)
+    per_pos: tuple[float, ...] = ()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Cell:
+    """One workload at one concurrency: its samples and (once measured) their summary."""
+
     workload: str
     concurrency: int
-    plain: list[Sample] = field(default_factory=list)
-    spec: list[Sample] = field(default_factory=list)  # first exposure, a fresh server each
-    warm: list[Sample] = field(default_factory=list)  # the same workload again (KEEPS_STATE)
-    summary: dict = field(default_factory=dict)
+    plain: tuple[Sample, ...] = ()
+    spec: tuple[Sample, ...] = ()  # first exposure, a fresh server each
+    warm: tuple[Sample, ...] = ()  # the same workload again (KEEPS_STATE)
+    summary: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """What `bench` measured, where and how; `to_json()` is the report file's content (its
+    fields are the report's keys, in the same order)."""
+
+    recipe: str
+    artifact_id: str
+    engine: str | None
+    commit: str | None
+    backend: str | None
+    machine: Mapping[str, Any]
+    date: str
+    types: tuple[str, ...]
+    spec_args: tuple[str, ...]
+    commands: Mapping[str, str]
+    models: Mapping[str, str | None]  # target, draft: file names
+    repetitions: int
+    concurrency: tuple[int, ...]
+    exposure: str
+    keeps_state: tuple[str, ...]
+    workloads: tuple[Cell, ...]
+    cost_model: Mapping[str, Any] | None
+    wall_seconds: float
+
+    def to_json(self) -> dict:
+        return {
+            "recipe": self.recipe,
+            "artifact_id": self.artifact_id,
+            "engine": self.engine,
+            "commit": self.commit,
+            "backend": self.backend,
+            "machine": dict(self.machine),
+            "date": self.date,
+            "types": list(self.types),
+            "spec_args": list(self.spec_args),
+            "commands": dict(self.commands),
+            "models": dict(self.models),
+            "repetitions": self.repetitions,
+            "concurrency": list(self.concurrency),
+            "exposure": self.exposure,
+            "keeps_state": list(self.keeps_state),
+            "workloads": [asdict(cell) for cell in self.workloads],
+            "cost_model": None if self.cost_model is None else dict(self.cost_model),
+            "wall_seconds": self.wall_seconds,
+        }
 
 
 def request(prompt: str, n_predict: int) -> dict:
@@ -230,7 +281,7 @@ def run(server: Server, w: Workload, concurrency: int) -> Sample:
         drafted,
         accepted,
         int(delta.drafts),
-        delta.per_pos,
+        tuple(delta.per_pos),
     )
 
 
@@ -328,7 +379,7 @@ def bench(
     extra_args: Sequence[str] = ("--metrics",),
     write_report: bool = True,
     stem: str | None = None,
-) -> dict:
+) -> BenchReport:
     """Run every workload `repetitions` times per concurrency, plain and speculative."""
     logs = out_dir / f"bench-{p.name}-{artifact.id}-logs"
     has_ngram_only = all(t.startswith("ngram") for t in p.types)
@@ -343,7 +394,10 @@ def bench(
         cost_steps += len(costmodel.batch_points(p.k_max, costmodel.VERIFY_POINTS)) - 1
     costs: costmodel.BatchCosts | None = None
     draft_cost = 0.0
-    cells = {(w.name, c): Cell(w.name, c) for c in levels for w in workloads}
+    # the samples of each (workload, concurrency): plain, first exposure, warm
+    taken: dict[tuple[str, int], tuple[list[Sample], list[Sample], list[Sample]]] = {
+        (w.name, c): ([], [], []) for c in levels for w in workloads
+    }
     commands: dict[str, str] = {}
     has_counters = False
     flags = dialects.help_flags(help_text)
@@ -382,8 +436,11 @@ def bench(
                             p.k_max,
                             progress=lambda: bar.advance(task),
                         )
-                        costs.verify_ms = {k: v for k, (v, _d) in timed.items()}
-                        costs.verify_decode_ms = {k: d for k, (_v, d) in timed.items()}
+                        costs = replace(
+                            costs,
+                            verify_ms={k: v for k, (v, _d) in timed.items()},
+                            verify_decode_ms={k: d for k, (_v, d) in timed.items()},
+                        )
                         synth = dialects.synthetic_steps(dialect, help_text, p.k_max - 1) or []
                         commands["cost model, verification steps of k tokens"] = shown(
                             [*base, *synth]
@@ -391,61 +448,62 @@ def bench(
             with running(artifact.server, plain_args, logs / f"plain-np{c}.log") as plain_srv:
                 for rep in range(repetitions):
                     for w in workloads:
-                        cell = cells[(w.name, c)]
+                        plain, spec, warm = taken[(w.name, c)]
                         bar.update(task, description=f"{w.name} ×{c} plain ({rep + 1})")
-                        cell.plain.append(run(plain_srv, w, c))
+                        plain.append(run(plain_srv, w, c))
                         bar.advance(task)
                         # a fresh speculative server: this sample is its first exposure
                         log = logs / f"spec-np{c}.log"
                         with running(artifact.server, spec_args, log) as spec_srv:
                             bar.update(task, description=f"{w.name} ×{c} spec ({rep + 1})")
-                            cell.spec.append(run(spec_srv, w, c))
+                            spec.append(run(spec_srv, w, c))
                             bar.advance(task)
                             if keeps_state:
                                 bar.update(task, description=f"{w.name} ×{c} warm ({rep + 1})")
-                                cell.warm.append(run(spec_srv, w, c))
+                                warm.append(run(spec_srv, w, c))
                                 bar.advance(task)
                             has_counters = has_counters or costmodel.counters(spec_srv).available
-    for cell in cells.values():
-        cell.summary = summarize(
+    cells = []
+    for (name, c), (plain, spec, warm) in taken.items():
+        cell = Cell(name, c, tuple(plain), tuple(spec), tuple(warm))
+        summary = summarize(
             cell,
             costs.step_costs() if costs else None,
             draft_cost,
             has_counters,
             by_steps=bool(costs and costs.verify_ms),
         )
+        cells.append(replace(cell, summary=summary))
     # host memory bounds plain decoding only where the weights live in it: the CPU backend
     on_host = artifact.manifest.get("backend") == "cpu"
     bandwidth = costmodel.memory_bandwidth() if cost_model and on_host else 0.0
     model_bytes = _model_bytes(p.target)
-    report = {
-        "recipe": p.name,
-        "artifact_id": artifact.id,
-        "engine": artifact.manifest.get("engine"),
-        "commit": artifact.manifest.get("commit"),
-        "backend": artifact.manifest.get("backend"),
-        "machine": toolchain.machine(),
-        "date": dt.date.today().isoformat(),
-        "types": list(p.types),
-        "spec_args": [shown([a])[len("llama-server ") :] for a in p.spec_args],
-        "commands": commands,
-        "models": {"target": p.target.name, "draft": p.draft.name if p.draft else None},
-        "repetitions": repetitions,
-        "concurrency": levels,
-        "exposure": "first: the speculative server is restarted before every sample"
+    report = BenchReport(
+        recipe=p.name,
+        artifact_id=artifact.id,
+        engine=artifact.manifest.get("engine"),
+        commit=artifact.manifest.get("commit"),
+        backend=artifact.manifest.get("backend"),
+        machine=toolchain.machine(),
+        date=dt.date.today().isoformat(),
+        types=tuple(p.types),
+        spec_args=tuple(shown([a])[len("llama-server ") :] for a in p.spec_args),
+        commands=commands,
+        models={"target": p.target.name, "draft": p.draft.name if p.draft else None},
+        repetitions=repetitions,
+        concurrency=tuple(levels),
+        exposure="first: the speculative server is restarted before every sample"
         + (
             f"; warm: the same workload again on that server ({', '.join(keeps_state)} keep "
             "state across requests)"
             if keeps_state
             else ""
         ),
-        "keeps_state": keeps_state,
-        "workloads": [asdict(cell) for cell in cells.values()],
-        "cost_model": costmodel.summary(costs, draft_cost, bandwidth, model_bytes)
-        if costs
-        else None,
-        "wall_seconds": round(time.monotonic() - started, 1),
-    }
+        keeps_state=tuple(keeps_state),
+        workloads=tuple(cells),
+        cost_model=costmodel.summary(costs, draft_cost, bandwidth, model_bytes) if costs else None,
+        wall_seconds=round(time.monotonic() - started, 1),
+    )
     if write_report:
         write(report, out_dir, console, stem)
     return report
@@ -495,7 +553,10 @@ _NO_EXPOSURE = "not recorded (a report from before first-exposure runs)"
 WARM_HEAD = ("warm speedup", "warm acc. per draft", "warm expected")
 
 
-def head(report: dict) -> tuple[str, ...]:
+# The renderers below read a report's JSON form (`BenchReport.to_json()`, or a report file).
+
+
+def head(report: Mapping[str, Any]) -> tuple[str, ...]:
     return HEAD + WARM_HEAD if report.get("keeps_state") else HEAD
 
 
@@ -503,7 +564,7 @@ def _x(value: float | None, fmt: str = ".2f", unit: str = "") -> str:
     return "—" if value is None else f"{value:{fmt}}{unit}"
 
 
-def rows(report: dict) -> list[tuple[str, ...]]:
+def rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
     out = []
     for w in report["workloads"]:
         s = w["summary"]
@@ -530,7 +591,7 @@ def rows(report: dict) -> list[tuple[str, ...]]:
     return out
 
 
-def markdown(report: dict) -> str:
+def markdown(report: Mapping[str, Any]) -> str:
     m = report["machine"]
     md = [
         f"# Bench: {report['recipe']} on {report['artifact_id']}",
@@ -598,7 +659,11 @@ def markdown(report: dict) -> str:
     return "\n".join(md) + "\n"
 
 
-def write(report: dict, out_dir: Path, console: Console, stem_name: str | None = None) -> Path:
+def write(
+    result: BenchReport, out_dir: Path, console: Console, stem_name: str | None = None
+) -> Path:
+    """The report as .json (`result.to_json()`), .md and .png, and its table on the console."""
+    report = result.to_json()
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / (stem_name or f"bench-{report['recipe']}-{report['artifact_id']}")
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
@@ -617,7 +682,7 @@ def write(report: dict, out_dir: Path, console: Console, stem_name: str | None =
     return stem
 
 
-def plot(report: dict, path: Path) -> bool:
+def plot(report: Mapping[str, Any], path: Path) -> bool:
     """Speedup per workload (measured and expected) and the accepted-length histogram."""
     try:
         import matplotlib
@@ -684,7 +749,7 @@ def plot(report: dict, path: Path) -> bool:
     return True
 
 
-def _order(report: dict) -> Callable[[str], int]:
+def _order(report: Mapping[str, Any]) -> Callable[[str], int]:
     seen: list[str] = []
     for w in report["workloads"]:
         if w["workload"] not in seen:

@@ -12,6 +12,8 @@ timing of the best of many would favour luck (the winner's curse), so the best
 winner is chosen on both passes (the geometric mean of its two scores). A state file beside
 the report keeps finished work, so an interrupted run resumes where it stopped. The winner
 is written as a recipe whose `measured:` says where, on what and when it was measured.
+Each candidate's result is a frozen `CandidateResult`, the run's a frozen `TuneReport`; their
+`to_json()` is what the state file and tune-<recipe>-<artifact>.json hold.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -291,18 +293,150 @@ def strip_ngram_sizes(extra: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class PassTiming:
+    """A candidate's speedups over the plain server, workload by workload, and their score."""
+
+    speedups: Mapping[str, float]
+    score: float
+
+    def to_json(self) -> dict:
+        return {"speedups": dict(self.speedups), "score": self.score}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> PassTiming:
+        return cls(dict(raw["speedups"]), raw["score"])
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    """One candidate's result: not rendered (`detail`), refused by the fast check, or timed
+    (`speedups`), and for a leader its second timing too (`score_pass2`, `final_score`).
+
+    `to_json()` holds only the keys that apply, in a fixed order."""
+
+    label: str
+    spec: Mapping[str, Any]
+    extra: tuple[str, ...]
+    passed: bool
+    score: float
+    spec_args: tuple[str, ...] | None = None  # None: not rendered
+    check: str | None = None  # the fast check's detail (None: not rendered)
+    refused: bool = False  # the fast check failed: never timed
+    detail: str | None = None  # why it was not rendered
+    speedups: Mapping[str, float] | None = None
+    accepted_drafted: Mapping[str, tuple[int, int]] | None = None
+    speedups_pass2: Mapping[str, float] | None = None
+    score_pass2: float | None = None
+    spread: float | None = None  # |pass 1 − pass 2|
+    final_score: float | None = None  # geometric mean of both passes
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {
+            "label": self.label,
+            "spec": dict(self.spec),
+            "extra": list(self.extra),
+        }
+        if self.spec_args is not None:
+            out["spec_args"] = list(self.spec_args)
+        if self.check is not None:
+            out["check"] = self.check
+        out["passed"] = self.passed
+        if self.refused:
+            out["refused"] = True
+        if self.speedups is not None:
+            out["speedups"] = dict(self.speedups)
+        if self.accepted_drafted is not None:
+            out["accepted_drafted"] = {k: list(v) for k, v in self.accepted_drafted.items()}
+        out["score"] = self.score
+        if self.detail is not None:
+            out["detail"] = self.detail
+        if self.speedups_pass2 is not None:
+            out["speedups_pass2"] = dict(self.speedups_pass2)
+        if self.score_pass2 is not None:
+            out["score_pass2"] = self.score_pass2
+        if self.spread is not None:
+            out["spread"] = self.spread
+        if self.final_score is not None:
+            out["final_score"] = self.final_score
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> CandidateResult:
+        pairs = raw.get("accepted_drafted")
+        spec_args = raw.get("spec_args")
+        return cls(
+            label=raw["label"],
+            spec=dict(raw["spec"]),
+            extra=tuple(raw["extra"]),
+            passed=raw["passed"],
+            score=raw["score"],
+            spec_args=None if spec_args is None else tuple(spec_args),
+            check=raw.get("check"),
+            refused=bool(raw.get("refused", False)),
+            detail=raw.get("detail"),
+            speedups=raw.get("speedups"),
+            accepted_drafted=None if pairs is None else {k: tuple(v) for k, v in pairs.items()},
+            speedups_pass2=raw.get("speedups_pass2"),
+            score_pass2=raw.get("score_pass2"),
+            spread=raw.get("spread"),
+            final_score=raw.get("final_score"),
+        )
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    """What `tune` measured and chose; `to_json()` is the report file's content (the fields
+    up to `checked_on`, in order), and the paths say where the report and recipe went."""
+
+    recipe: str
+    artifact_id: str
+    engine: str | None
+    commit: str | None
+    machine: Mapping[str, Any]
+    date: str
+    workloads: tuple[str, ...]
+    plain_tps: Mapping[str, float]
+    candidates_total: int
+    results: tuple[CandidateResult, ...]
+    winner: CandidateResult | None
+    checked_on: str
+    report_path: Path | None = None  # the Markdown report, once written
+    recipe_path: Path | None = None  # the tuned recipe, once written
+
+    def to_json(self) -> dict:
+        return {
+            "recipe": self.recipe,
+            "artifact_id": self.artifact_id,
+            "engine": self.engine,
+            "commit": self.commit,
+            "machine": dict(self.machine),
+            "date": self.date,
+            "workloads": list(self.workloads),
+            "plain_tps": dict(self.plain_tps),
+            "candidates_total": self.candidates_total,
+            "results": [r.to_json() for r in self.results],
+            "winner": self.winner.to_json() if self.winner else None,
+            "checked_on": self.checked_on,
+        }
+
+
 # ---------------------------------------------------------------- state (resume)
 
 
 @dataclass
 class State:
-    """Finished work of one tune run: the plain baseline and each candidate's result."""
+    """Finished work of one tune run, kept as it grows: the plain baseline and each
+    candidate's result (the run's working store, saved after every step)."""
 
     path: Path
     key: str
     baseline: dict[str, float] = field(default_factory=dict)  # workload → plain tok/s
-    done: dict[str, dict] = field(default_factory=dict)  # candidate key → result
-    second: dict[str, dict] = field(default_factory=dict)  # candidate key → second timing
+    done: dict[str, CandidateResult] = field(default_factory=dict)  # candidate key → result
+    second: dict[str, PassTiming] = field(default_factory=dict)  # candidate key → 2nd timing
 
     @classmethod
     def load(cls, path: Path, key: str, fresh: bool = False) -> State:
@@ -314,13 +448,12 @@ class State:
             return cls(path, key)
         if raw.get("key") != key:
             return cls(path, key)  # another recipe, build or workload mix: start over
-        return cls(
-            path,
-            key,
-            dict(raw.get("baseline", {})),
-            dict(raw.get("done", {})),
-            dict(raw.get("second", {})),
-        )
+        try:
+            done = {k: CandidateResult.from_json(r) for k, r in raw.get("done", {}).items()}
+            second = {k: PassTiming.from_json(t) for k, t in raw.get("second", {}).items()}
+        except (KeyError, TypeError, AttributeError):
+            return cls(path, key)  # results this version cannot read: start over
+        return cls(path, key, dict(raw.get("baseline", {})), done, second)
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -328,8 +461,8 @@ class State:
         payload = {
             "key": self.key,
             "baseline": self.baseline,
-            "done": self.done,
-            "second": self.second,
+            "done": {k: r.to_json() for k, r in self.done.items()},
+            "second": {k: t.to_json() for k, t in self.second.items()},
         }
         tmp.write_text(json.dumps(payload, indent=2) + "\n")
         os.replace(tmp, self.path)
@@ -343,30 +476,28 @@ def score(speedups: Mapping[str, float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def best(done: Mapping[str, dict]) -> dict | None:
+def best(done: Mapping[str, CandidateResult]) -> CandidateResult | None:
     """The winner: among candidates timed twice, the best over both passes."""
-    twice = [r for r in done.values() if r.get("passed") and r.get("final_score")]
-    return max(twice, key=lambda r: r["final_score"], default=None)
+    twice = [r for r in done.values() if r.passed and r.final_score]
+    return max(twice, key=lambda r: r.final_score or 0.0, default=None)
 
 
-def leaders(done: Mapping[str, dict], n: int = SECOND_PASS) -> list[str]:
+def leaders(done: Mapping[str, CandidateResult], n: int = SECOND_PASS) -> list[str]:
     """The keys of the `n` best first-pass scores: the second pass's candidates."""
-    passed = sorted(
-        ((k, r) for k, r in done.items() if r.get("passed")), key=lambda kr: -kr[1]["score"]
-    )
+    passed = sorted(((k, r) for k, r in done.items() if r.passed), key=lambda kr: -kr[1].score)
     return [k for k, _ in passed[:n]]
 
 
-def both_passes(first: dict, second: Mapping[str, Any]) -> dict:
+def both_passes(first: CandidateResult, second: PassTiming) -> CandidateResult:
     """A candidate's result with its second timing: both scores, their spread, the final."""
-    s1, s2 = float(first["score"]), float(second["score"])
-    return {
-        **first,
-        "speedups_pass2": dict(second["speedups"]),
-        "score_pass2": s2,
-        "spread": round(abs(s1 - s2), 4),
-        "final_score": round(math.sqrt(s1 * s2), 4) if s1 > 0 and s2 > 0 else 0.0,
-    }
+    s1, s2 = float(first.score), float(second.score)
+    return replace(
+        first,
+        speedups_pass2=dict(second.speedups),
+        score_pass2=s2,
+        spread=round(abs(s1 - s2), 4),
+        final_score=round(math.sqrt(s1 * s2), 4) if s1 > 0 and s2 > 0 else 0.0,
+    )
 
 
 def second_pass_seconds(baseline_seconds: float, mix_size: int, n: int) -> float:
@@ -408,13 +539,13 @@ def too_small(
     )
 
 
-def _verdict(r: Mapping[str, Any]) -> str:
-    if r.get("passed"):
+def _verdict(r: CandidateResult) -> str:
+    if r.passed:
         return "ok"
-    if r.get("refused"):
-        why = str(r.get("check") or "").replace("|", "/").replace("\n", " ")
+    if r.refused:
+        why = str(r.check or "").replace("|", "/").replace("\n", " ")
         return f"refused, not timed: {why[:120]}"
-    why = str(r.get("check") or r.get("detail") or "").replace("|", "/").replace("\n", " ")
+    why = str(r.check or r.detail or "").replace("|", "/").replace("\n", " ")
     return f"FAILED: {why[:120]}"
 
 
@@ -450,7 +581,7 @@ def tune(
     reports: Path = Path("reports"),
     fresh: bool = False,
     max_candidates: int | None = None,
-) -> dict:
+) -> TuneReport:
     """Sweep, check, bench and pick; write the tuned recipe and a report; return the report."""
     mix = tuple(mix or workloads.select(workloads.TUNE_MIX))
     budget = budget_minutes * 60
@@ -566,26 +697,26 @@ def tune(
                 )  # fmt: skip
                 state.second.update(timed)
                 state.save()
-    for k in leaders(state.done):
-        if k in state.second:
-            state.done[k] = both_passes(state.done[k], state.second[k])
-    winner = best(state.done)
-    report = {**_report(artifact, recipe, mix, state, cands, winner), "checked_on": checked_what}
+    twice = {k for k in leaders(state.done) if k in state.second}
+    results = {
+        k: both_passes(r, state.second[k]) if k in twice else r for k, r in state.done.items()
+    }
+    winner = best(results)
+    report = _report(artifact, recipe, mix, state.baseline, results, cands, winner, checked_what)
     md = _write_report(report, reports, stem)
-    report["report_path"] = str(md)
+    report = replace(report, report_path=md)
     if winner is None:
         raise LlamaspecError(
             f"No candidate passed the equivalence check and finished within the budget; see "
             f"{md}. Nothing was written."
         )
     path = write_recipe(artifact, recipe, engine, winner, cands, out_dir, md, mix)
-    report["recipe_path"] = str(path)
     console.print(
-        f"tune: fastest is {winner['label']} (score {winner['score']:.2f}× in pass 1, "
-        f"{winner['score_pass2']:.2f}× in pass 2, {winner['final_score']:.2f}× over both, on "
+        f"tune: fastest is {winner.label} (score {winner.score:.2f}× in pass 1, "
+        f"{winner.score_pass2:.2f}× in pass 2, {winner.final_score:.2f}× over both, on "
         f"{', '.join(w.name for w in mix)}); wrote {path} and {md}"
     )
-    return report
+    return replace(report, recipe_path=path)
 
 
 def _measure(
@@ -603,35 +734,50 @@ def _measure(
     index: int,
     logs: Path,
     console: Console,
-) -> dict:
+) -> CandidateResult:
     """Render, check, then time candidate `c` against the plain server, workload by
     workload (plain, then speculative), so drift on a busy machine hits both alike."""
-    result: dict[str, Any] = {"label": c.label, "spec": dict(c.spec), "extra": list(c.extra)}
+    spec, extra = dict(c.spec), tuple(c.extra)
     try:
         r = apply(recipe, engine, c)
         p = recipe_plan(artifact, r, target, draft, console, dialect=dialect, help_text=help_text)
     except LlamaspecError as exc:
-        return {**result, "passed": False, "score": 0.0, "detail": f"not rendered: {exc}"}
-    result["spec_args"] = [bench.shown([a])[len("llama-server ") :] for a in p.spec_args]
+        return CandidateResult(
+            c.label, spec, extra, passed=False, score=0.0, detail=f"not rendered: {exc}"
+        )
+    spec_args = tuple(bench.shown([a])[len("llama-server ") :] for a in p.spec_args)
     check = verify.fast_check(artifact, dialect, checked_on, list(p.spec_args), console)
-    result["check"] = check.detail
     if not check.passed:
-        return {**result, "passed": False, "refused": True, "score": 0.0}
+        return CandidateResult(
+            c.label,
+            spec,
+            extra,
+            passed=False,
+            score=0.0,
+            spec_args=spec_args,
+            check=check.detail,
+            refused=True,
+        )
     args = [*bench.with_slots(p.plain_args, 1), *p.spec_args, "--metrics"]
-    speedups, accepted = {}, {}
+    speedups: dict[str, float] = {}
+    accepted: dict[str, tuple[int, int]] = {}
     with running(artifact.server, args, logs / f"candidate-{index}.log") as srv:
         for w in mix:
             plain = bench.run(plain_srv, w, 1).tokens_per_second
             s = bench.run(srv, w, 1)
             speedups[w.name] = round(s.tokens_per_second / plain, 3) if plain else 0.0
-            accepted[w.name] = [s.accepted, s.drafted]
-    return {
-        **result,
-        "passed": True,
-        "speedups": speedups,
-        "accepted_drafted": accepted,
-        "score": round(score(speedups), 4),
-    }
+            accepted[w.name] = (s.accepted, s.drafted)
+    return CandidateResult(
+        c.label,
+        spec,
+        extra,
+        passed=True,
+        score=round(score(speedups), 4),
+        spec_args=spec_args,
+        check=check.detail,
+        speedups=speedups,
+        accepted_drafted=accepted,
+    )
 
 
 def _second_pass(
@@ -647,7 +793,7 @@ def _second_pass(
     plain_srv: Server,
     logs: Path,
     console: Console,
-) -> dict[str, dict]:
+) -> dict[str, PassTiming]:
     """Time the leaders again, interleaved: workload by workload, each leader in turn on a
     fresh server (its first exposure to that prompt) right after a plain run."""
     argv = {}
@@ -664,46 +810,50 @@ def _second_pass(
             with running(artifact.server, args, logs / f"second-pass-{i}.log") as srv:
                 s = bench.run(srv, w, 1)
             speedups[k][w.name] = round(s.tokens_per_second / plain, 3) if plain else 0.0
-    return {k: {"speedups": sp, "score": round(score(sp), 4)} for k, sp in speedups.items()}
+    return {k: PassTiming(sp, round(score(sp), 4)) for k, sp in speedups.items()}
 
 
 def _report(
     artifact: Artifact,
     recipe: config.Recipe,
     mix: Sequence[workloads.Workload],
-    state: State,
+    baseline: Mapping[str, float],
+    results: Mapping[str, CandidateResult],
     cands: Sequence[Candidate],
-    winner: dict | None,
-) -> dict:
-    return {
-        "recipe": recipe.name,
-        "artifact_id": artifact.id,
-        "engine": artifact.manifest.get("engine"),
-        "commit": artifact.manifest.get("commit"),
-        "machine": toolchain.machine(),
-        "date": dt.date.today().isoformat(),
-        "workloads": [w.name for w in mix],
-        "plain_tps": {k: round(v, 2) for k, v in state.baseline.items() if not k.startswith("_")},
-        "candidates_total": len(cands),
-        "results": list(state.done.values()),
-        "winner": winner,
-    }
+    winner: CandidateResult | None,
+    checked_on: str,
+) -> TuneReport:
+    return TuneReport(
+        recipe=recipe.name,
+        artifact_id=artifact.id,
+        engine=artifact.manifest.get("engine"),
+        commit=artifact.manifest.get("commit"),
+        machine=toolchain.machine(),
+        date=dt.date.today().isoformat(),
+        workloads=tuple(w.name for w in mix),
+        plain_tps={k: round(v, 2) for k, v in baseline.items() if not k.startswith("_")},
+        candidates_total=len(cands),
+        results=tuple(results.values()),
+        winner=winner,
+        checked_on=checked_on,
+    )
 
 
-def _write_report(report: dict, reports: Path, stem: str) -> Path:
+def _write_report(report: TuneReport, reports: Path, stem: str) -> Path:
+    """The report as .json (`report.to_json()`) and .md; the .md's path."""
     reports.mkdir(parents=True, exist_ok=True)
-    (reports / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
-    names = report["workloads"]
+    (reports / f"{stem}.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    names = report.workloads
     md = [
-        f"# Tune: {report['recipe']} on {report['artifact_id']}",
+        f"# Tune: {report.recipe} on {report.artifact_id}",
         "",
-        f"- machine: {report['machine']['description']}",
-        f"- engine: {report['engine']} {report['commit']}, {report['date']}",
+        f"- machine: {report.machine['description']}",
+        f"- engine: {report.engine} {report.commit}, {report.date}",
         f"- workload mix: {', '.join(names)}; plain tok/s: "
-        + ", ".join(f"{k} {v}" for k, v in report["plain_tps"].items()),
-        f"- {len(report['results'])} of {report['candidates_total']} candidates measured; score "
+        + ", ".join(f"{k} {v}" for k, v in report.plain_tps.items()),
+        f"- {len(report.results)} of {report.candidates_total} candidates measured; score "
         "= geometric mean of the speedups; each candidate passed verify's fast equivalence "
-        f"check (on {report.get('checked_on', 'the target')}) before it was timed (one that "
+        f"check (on {report.checked_on}) before it was timed (one that "
         "failed is refused and never timed), then ran each workload on a fresh server right "
         "after the plain server did",
         f"- second pass: the {SECOND_PASS} best were timed again, interleaved workload by "
@@ -715,30 +865,29 @@ def _write_report(report: dict, reports: Path, stem: str) -> Path:
         + " | score | pass 2 | spread | final |",
         "|---|---|---|" + "---|" * len(names) + "---|---|---|---|",
     ]
-    order = sorted(report["results"], key=lambda r: (-r.get("final_score", 0.0), -r["score"]))
+    order = sorted(report.results, key=lambda r: (-(r.final_score or 0.0), -r.score))
     for r in order:
-        sp, sp2 = r.get("speedups", {}), r.get("speedups_pass2", {})
+        sp, sp2 = r.speedups or {}, r.speedups_pass2 or {}
         cells = [
             f"{sp[n]:.2f}×" + (f" / {sp2[n]:.2f}×" if n in sp2 else "") if n in sp else "—"
             for n in names
         ]
-        twice = "score_pass2" in r
         md.append(
-            f"| {r['label']} | `{' '.join(r.get('spec_args', []))}` | {_verdict(r)} | "
+            f"| {r.label} | `{' '.join(r.spec_args or ())}` | {_verdict(r)} | "
             + " | ".join(cells)
-            + f" | {r['score']:.2f}× | "
+            + f" | {r.score:.2f}× | "
             + (
-                f"{r['score_pass2']:.2f}× | {r['spread']:.2f} | **{r['final_score']:.2f}×** |"
-                if twice
+                f"{r.score_pass2:.2f}× | {r.spread:.2f} | **{r.final_score:.2f}×** |"
+                if r.score_pass2 is not None
                 else "— | — | — |"
             )
         )
-    if report["winner"]:
-        w = report["winner"]
+    if report.winner:
+        w = report.winner
         md += [
             "",
-            f"Fastest over both passes: **{w['label']}** (pass 1 {w['score']:.2f}×, pass 2 "
-            f"{w['score_pass2']:.2f}×, final {w['final_score']:.2f}×). Where two cells show "
+            f"Fastest over both passes: **{w.label}** (pass 1 {w.score:.2f}×, pass 2 "
+            f"{w.score_pass2:.2f}×, final {w.final_score:.2f}×). Where two cells show "
             "two figures, they are pass 1 / pass 2.",
         ]
     path = reports / f"{stem}.md"
@@ -758,26 +907,26 @@ def write_recipe(
     artifact: Artifact,
     recipe: config.Recipe,
     engine: str,
-    winner: dict,
+    winner: CandidateResult,
     cands: Sequence[Candidate],
     out_dir: Path | None,
     report_md: Path,
     mix: Sequence[workloads.Workload],
 ) -> Path:
     """The winner as recipes/<recipe>-tuned.yaml (or in `out_dir`), validated."""
-    c = Candidate(winner["label"], winner["spec"], tuple(winner["extra"]))
+    c = Candidate(winner.label, winner.spec, tuple(winner.extra))
     name = f"{recipe.name}-tuned"
     tuned = apply(recipe, engine, c, name=name)
     m = artifact.manifest
-    second = winner.get("speedups_pass2", {})
+    second = winner.speedups_pass2 or {}
     speedups = ", ".join(
         f"{k} {v:.2f}x" + (f"/{second[k]:.2f}x" if k in second else "")
-        for k, v in winner["speedups"].items()
+        for k, v in (winner.speedups or {}).items()
     )
     data: dict[str, Any] = {
         "pair": tuned.pair,
         "description": f"{recipe.name} tuned by `llamaspec tune` for "
-        f"{', '.join(w.name for w in mix)}: {winner['label']}.",
+        f"{', '.join(w.name for w in mix)}: {winner.label}.",
         "spec": {
             "types": list(tuned.spec.types),
             **tuned.spec.model_dump(exclude_none=True, exclude_defaults=True, exclude={"types"}),
@@ -793,7 +942,7 @@ def write_recipe(
         "engine": f"{engine} {str(m.get('commit') or 'local')[:12]} ({m.get('backend', 'cpu')})",
         "artifact": artifact.id,
         "date": dt.date.today().isoformat(),
-        "result": f"{speedups} over plain in passes 1/2 (score {winner['final_score']:.2f}x "
+        "result": f"{speedups} over plain in passes 1/2 (score {winner.final_score:.2f}x "
         "over both)",
         "report": relative(report_md),
     }

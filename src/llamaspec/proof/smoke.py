@@ -15,7 +15,7 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -101,7 +101,7 @@ class Verdict:
         return f"differs at token {self.position} ({delta})"
 
 
-@dataclass
+@dataclass(frozen=True)
 class PromptResult:
     prompt: str
     reference: Completion
@@ -109,7 +109,7 @@ class PromptResult:
     verdict: Verdict
 
 
-@dataclass
+@dataclass(frozen=True)
 class StrictResult:
     """One prompt of the strict fast form on the F32 reference."""
 
@@ -120,13 +120,15 @@ class StrictResult:
     accepted: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class SmokeReport:
+    """What the smoke found, built once it is over; `to_json()` is smoke.json."""
+
     artifact_id: str
     method: str
-    spec_args: list[str]
-    results: list[PromptResult] = field(default_factory=list)
-    strict: list[StrictResult] = field(default_factory=list)
+    spec_args: tuple[str, ...]
+    results: tuple[PromptResult, ...] = ()
+    strict: tuple[StrictResult, ...] = ()
     reference_sha256: str | None = None
     # The F32 comparison gates the smoke on CPU builds, where F32 decoding is measured to be
     # batch-invariant; on GPU backends (CUDA, Vulkan) that is not established yet, so there
@@ -164,7 +166,7 @@ class SmokeReport:
         return {
             "artifact_id": self.artifact_id,
             "method": self.method,
-            "spec_args": self.spec_args,
+            "spec_args": list(self.spec_args),
             "passed": self.passed,
             "drafted": self.drafted,
             "accepted": self.accepted,
@@ -286,30 +288,38 @@ def smoke(
     spec = dialects.spec_args(dialect, settings)
     help_text = server_help(artifact.server)
     dialects.check_help(spec, help_text, str(artifact.server))
-    report = SmokeReport(
-        artifact.id,
-        "draft",
-        spec,
-        reference_sha256=reference_sha256,
-        strict_gates=artifact.manifest.get("backend", "cpu") == "cpu",
-    )
-    if reference is None and not report.strict_gates:
-        report.strict_skipped = strict_skipped
+    strict_gates = artifact.manifest.get("backend", "cpu") == "cpu"
     logs = out_dir / "logs"
     with running(artifact.server, base_args(model), logs / "reference.log") as ref_srv:
         refs = [complete(ref_srv, p) for p in prompts]
         with running(artifact.server, [*base_args(model), *spec], logs / "speculative.log") as sp:
             specs = [complete(sp, p) for p in prompts]
             chat_stats = _openai_check(sp, console, chat_tokens)
-        for p, r, s in zip(prompts, refs, specs, strict=True):
-            report.results.append(PromptResult(p.name, r, s, _compare_quantized(ref_srv, p, r, s)))
-    if report.drafted == 0 and chat_stats:
-        report.chat_drafted, report.chat_accepted = chat_stats
-    if reference is not None:
-        report.strict = _strict(
-            artifact, dialect, reference, help_text, logs, n_max, console, strict_n_predict
+        results = tuple(
+            PromptResult(p.name, r, s, _compare_quantized(ref_srv, p, r, s))
+            for p, r, s in zip(prompts, refs, specs, strict=True)
         )
-    report.wall_seconds = time.monotonic() - t0
+    # the chat's counts stand in only where the quantized runs report no drafts
+    drafted = sum(r.speculative.draft_n or 0 for r in results)
+    chat_drafted, chat_accepted = chat_stats if chat_stats and drafted == 0 else (0, 0)
+    strict: tuple[StrictResult, ...] = ()
+    if reference is not None:
+        strict = tuple(
+            _strict(artifact, dialect, reference, help_text, logs, n_max, console, strict_n_predict)
+        )
+    report = SmokeReport(
+        artifact.id,
+        "draft",
+        tuple(spec),
+        results,
+        strict,
+        reference_sha256=reference_sha256,
+        strict_gates=strict_gates,
+        strict_skipped=strict_skipped if reference is None and not strict_gates else None,
+        wall_seconds=time.monotonic() - t0,
+        chat_drafted=chat_drafted,
+        chat_accepted=chat_accepted,
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "smoke.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     print_report(report, console)
