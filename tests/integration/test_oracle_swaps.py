@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from llamaspec.engine.artifact import Artifact
-from llamaspec.proof import verify
+from llamaspec.models.methods import determinism_args
+from llamaspec.proof import verify, verify_report
 from llamaspec.proof.oracle import Oracle
 from llamaspec.runtime.client import (
     Completion,
@@ -33,7 +34,7 @@ def test_the_oracle_judges_real_swaps_over_the_envelope(
     upstream_artifact: Artifact, gemma_path: Path, tmp_path: Path
 ) -> None:
     server = upstream_artifact.server
-    args = [*base_args(gemma_path), *verify.determinism_args(server_help(server))]
+    args = [*base_args(gemma_path), *determinism_args(server_help(server))]
     with running(server, args, tmp_path / "plain.log") as srv:
         # The greedy output token by token, with the real top-10 at every step, on the
         # oracle's own path (a token-id prompt, prompt cache on): /completion's own output
@@ -49,11 +50,10 @@ def test_the_oracle_judges_real_swaps_over_the_envelope(
         greedy = Completion(tokens, "", 0.0, None, None, len(tokens))
         oracle = Oracle(srv)  # its own requests, nothing shared with the loop above
 
-        def judged(output: tuple[int, ...]) -> verify.Case:
+        def judged(output: tuple[int, ...]) -> verify_report.Case:
             spec = Completion(output, "", 0.0, None, None, len(output))
             case = verify.compare(PROMPT, "sequential", greedy, spec, srv, None)
-            verify.judge_gaps(case, oracle.gaps(PROMPT, output), ENVELOPE)
-            return case
+            return verify.judge_gaps(case, oracle.gaps(PROMPT, output), ENVELOPE)
 
         same = judged(tokens)
         assert (same.kind, same.max_gap, same.over) == ("identical", 0.0, [])

@@ -18,8 +18,10 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.models import recipes
 from llamaspec.models.dialects import server_help
 from llamaspec.models.embedded import EMBEDDED_SHA256
+from llamaspec.models.methods import determinism_args
 from llamaspec.perf import netlab, rpcstudy
 from llamaspec.proof import verify
+from llamaspec.proof.prompts import CODE
 from llamaspec.proof.reference import reference_copy
 from llamaspec.runtime import rpc
 from llamaspec.runtime.client import base_args, complete, running
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 PORT = rpcstudy.PORT  # where rpc_host binds the rpc-server
 GEMMA_LAYERS = 18  # Gemma 3 270M's blocks: 9 on each host when split
-PROMPT = replace(verify.CODE, n_predict=16)  # 32 passed too; 16 keeps CI under 3 min
+PROMPT = replace(CODE, n_predict=16)  # 32 passed too; 16 keeps CI under 3 min
 
 
 def _recipe(endpoint: str, gpu_layers: int, target: list[str], draft: str) -> config.Recipe:
@@ -79,7 +81,7 @@ def test_placements_across_two_namespaces_match_the_f32_reference(
     artifact = vulkan_build[0]
     reference = reference_copy(gemma_path, EMBEDDED_SHA256).path
     help_text = server_help(artifact.server)
-    plain = [*base_args(reference), *verify.determinism_args(help_text)]
+    plain = [*base_args(reference), *determinism_args(help_text)]
     log = tmp_path / "rpc-server.log"
     with (
         netlab.two_hosts() as hosts,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ from gguf.quants import dequantize, quantize
 
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
-from llamaspec.proof import defects, reference, smoke, verify
+from llamaspec.proof import defects, reference, smoke, verify, verify_report
+from llamaspec.proof.prompts import VERIFY_PROMPTS, choose_prompts
 from llamaspec.runtime.client import Completion, Prompt
 
 pytestmark = pytest.mark.unit
@@ -63,7 +65,7 @@ def _ik_short_output() -> defects.Defect:
     return found
 
 
-def _against_the_defect(output: str, predicted: int | None) -> verify.Case:
+def _against_the_defect(output: str, predicted: int | None) -> verify_report.Case:
     """`output` (one letter a token) against PLAIN, on a build with ik-spec-short-output."""
     spec = t(list(output), predicted)
     return verify.compare(P, "sequential", t(list(PLAIN)), spec, None, _ik_short_output())  # type: ignore[arg-type]
@@ -101,9 +103,9 @@ def test_anything_but_the_catalogued_symptom_fails_and_says_why(
         case.note.startswith("not the catalogued defect ik-spec-short-output: ")
         and why in case.note
     )
-    m = verify.MethodResult("draft", [], cases=[case])
-    report = verify.VerifyReport("id", "embedded", "strict", "m", [m])
-    assert not report.passed and f"- {case.note}" in verify.markdown(report)
+    m = verify_report.MethodResult("draft", (), cases=(case,))
+    report = verify_report.VerifyReport("id", "embedded", "strict", "m", (m,))
+    assert not report.passed and f"- {case.note}" in verify_report.markdown(report)
     # the smoke fails on it too, and its one-paragraph error gives the reason
     strict = smoke.StrictResult("p", "draft", case, 8, 8)
     rep = smoke.SmokeReport("id", "draft", [], strict=[strict])
@@ -143,24 +145,34 @@ def test_a_short_output_defect_needs_a_fraction_kept(tmp_path: Path) -> None:
 
 
 def test_failures_and_report_pass_rule() -> None:
-    m = verify.MethodResult("draft", [])
-    m.cases += [
-        verify.Case("p", "sequential", "identical"),
-        verify.Case("q", "parallel", "known-defect"),
-    ]
-    r = verify.VerifyReport("id", "embedded", "strict", "m.gguf", [m])
+    m = verify_report.MethodResult(
+        "draft",
+        (),
+        cases=(
+            verify_report.Case("p", "sequential", "identical"),
+            verify_report.Case("q", "parallel", "known-defect"),
+        ),
+    )
+    r = verify_report.VerifyReport("id", "embedded", "strict", "m.gguf", (m,))
     assert r.passed and r.to_json()["methods"][0]["summary"]["parallel"]["failed"] == 0
-    m.cases.append(verify.Case("q", "parallel", "different", 3))
-    assert not r.passed and "different at token 3" in verify.markdown(r)
-    assert "- speculative: `" in verify.markdown(r)
-    control = verify.MethodResult("plain", [], cases=[verify.Case("q", "parallel", "different", 1)])
-    text = verify.markdown(verify.VerifyReport("id", "embedded", "strict", "m", [control]))
+    m = replace(m, cases=(*m.cases, verify_report.Case("q", "parallel", "different", 3)))
+    r = replace(r, methods=(m,))
+    assert not r.passed and "different at token 3" in verify_report.markdown(r)
+    assert "- speculative: `" in verify_report.markdown(r)
+    control = verify_report.MethodResult(
+        "plain", (), cases=(verify_report.Case("q", "parallel", "different", 1),)
+    )
+    text = verify_report.markdown(
+        verify_report.VerifyReport("id", "embedded", "strict", "m", (control,))
+    )
     assert "- control (no speculation): `" in text and "- speculative" not in text
-    m.argv = ["--spec-type", "ngram-mod"]
-    r.server = ["llama-server", "-m", "m.gguf", "-np", "4"]
-    assert "Plain server: `llama-server -m m.gguf -np 4`" in verify.markdown(r)
-    assert "- draft: `--spec-type ngram-mod`" in verify.markdown(r)
-    skipped = verify.VerifyReport("id", "x", "strict", "m", [verify.MethodResult("a", [], "n/a")])
+    m = replace(m, argv=("--spec-type", "ngram-mod"))
+    r = replace(r, methods=(m,), server=("llama-server", "-m", "m.gguf", "-np", "4"))
+    assert "Plain server: `llama-server -m m.gguf -np 4`" in verify_report.markdown(r)
+    assert "- draft: `--spec-type ngram-mod`" in verify_report.markdown(r)
+    skipped = verify_report.VerifyReport(
+        "id", "x", "strict", "m", (verify_report.MethodResult("a", (), "n/a"),)
+    )
     assert not skipped.passed  # nothing ran: nothing is proven
 
 
@@ -241,10 +253,10 @@ def test_an_f32_model_is_its_own_reference(tmp_path: Path) -> None:
 
 
 def test_prompts_can_be_narrowed_by_name() -> None:
-    assert [p.name for p in verify.choose_prompts(["code", "short"])] == ["short", "code"]
-    assert verify.choose_prompts([]) == verify.VERIFY_PROMPTS
+    assert [p.name for p in choose_prompts(["code", "short"])] == ["short", "code"]
+    assert choose_prompts([]) == VERIFY_PROMPTS
     with pytest.raises(LlamaspecError, match="Did you mean 'prose'"):
-        verify.choose_prompts(["prse"])
+        choose_prompts(["prse"])
 
 
 def test_tune_checks_candidates_on_the_reference_copy_where_one_can_be_made(

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from llamaspec.proof import verify
+from llamaspec.proof import verify, verify_report
 from llamaspec.proof.oracle import Oracle
 from llamaspec.runtime.client import Completion, Prompt, next_token_logprobs
 
@@ -59,14 +59,13 @@ class TableServer:
 GREEDY = tuple(10 * (i + 1) for i in range(len(TABLE)))
 
 
-def _judged(tokens: tuple[int, ...], server: TableServer | None = None) -> verify.Case:
+def _judged(tokens: tuple[int, ...], server: TableServer | None = None) -> verify_report.Case:
     """`tokens` compared with the greedy output, then judged by the oracle tier's rule."""
     server = server or TableServer()
     ref = Completion(GREEDY, "", 1.0, None, None, len(GREEDY))
     spec = Completion(tokens, "", 1.0, None, None, len(tokens))
     case = verify.compare(PROMPT, "sequential", ref, spec, server, None)  # type: ignore[arg-type]
-    verify.judge_gaps(case, Oracle(server).gaps(PROMPT, tokens), ENVELOPE)  # type: ignore[arg-type]
-    return case
+    return verify.judge_gaps(case, Oracle(server).gaps(PROMPT, tokens), ENVELOPE)  # type: ignore[arg-type]
 
 
 def _swapped(position: int, token: int) -> tuple[int, ...]:
@@ -92,8 +91,8 @@ def test_a_lower_choice_of_the_reference_is_over_the_envelope(rank: int, gap: fl
     assert (case.kind, case.position) == ("over-envelope", 2)
     assert case.max_gap == pytest.approx(gap)
     assert case.over == [f"token 2: emitted {token}, oracle chose 30 ({gap:.3f} nats)"]
-    m = verify.MethodResult("draft", [], cases=[case])
-    assert not verify.VerifyReport("id", "t", "oracle", "m", [m]).passed
+    m = verify_report.MethodResult("draft", (), cases=(case,))
+    assert not verify_report.VerifyReport("id", "t", "oracle", "m", (m,)).passed
 
 
 def test_a_token_outside_the_top_k_is_over_the_envelope() -> None:
@@ -109,8 +108,8 @@ def test_a_near_tie_inside_the_envelope_is_within_and_passes() -> None:
     case = _judged(_swapped(5, second), server)
     assert (case.kind, case.position, case.over) == ("within", 5, [])
     assert case.max_gap == pytest.approx(0.05)
-    m = verify.MethodResult("draft", [], cases=[case])
-    assert verify.VerifyReport("id", "t", "oracle", "m", [m]).passed
+    m = verify_report.MethodResult("draft", (), cases=(case,))
+    assert verify_report.VerifyReport("id", "t", "oracle", "m", (m,)).passed
 
 
 def test_the_second_choice_just_over_the_envelope_fails() -> None:

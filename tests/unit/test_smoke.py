@@ -6,7 +6,7 @@ from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
-from llamaspec.proof import smoke, verify
+from llamaspec.proof import smoke, verify_report
 from llamaspec.proof.smoke import Completion
 
 pytestmark = pytest.mark.unit
@@ -57,7 +57,7 @@ def test_log_acceptance_sums_ik_style_lines() -> None:
 
 
 def _strict(kind: str, accepted: int = 4) -> smoke.StrictResult:
-    case = verify.Case("code", "sequential", kind, None if kind == "identical" else 3)
+    case = verify_report.Case("code", "sequential", kind, None if kind == "identical" else 3)
     return smoke.StrictResult("code", "draft", case, 5, accepted)
 
 

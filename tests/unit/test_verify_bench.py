@@ -11,8 +11,9 @@ import pytest
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
+from llamaspec.models.methods import Method, choose_methods, methods_for
 from llamaspec.perf import bench
-from llamaspec.proof import verify
+from llamaspec.proof.prompts import VERIFY_PROMPTS
 
 pytestmark = pytest.mark.unit
 
@@ -161,34 +162,34 @@ def test_dialect_probe_from_help() -> None:
 def test_methods_follow_the_binary() -> None:
     upstream_help = "--spec-type none,draft-simple,ngram-simple,ngram-map-k,ngram-mod\n"
     upstream_help += "--spec-ngram-mod-n-min N\n"
-    methods = verify.methods_for("upstream", upstream_help, Path("d.gguf"), has_mtp=False)
-    names = [m.name if isinstance(m, verify.Method) else m for m in methods]
+    methods = methods_for("upstream", upstream_help, Path("d.gguf"), has_mtp=False)
+    names = [m.name if isinstance(m, Method) else m for m in methods]
     assert names[:4] == ["draft", "ngram-simple", "ngram-map-k", "ngram-mod"]
     assert names[-1] == "mtp: the model has no MTP heads"
-    old = verify.methods_for("ik-legacy", "--spec-type ngram-simple", Path("d.gguf"), False)
+    old = methods_for("ik-legacy", "--spec-type ngram-simple", Path("d.gguf"), False)
     assert "ngram-mod: not in this binary's --spec-type list" in old
-    draft = next(m for m in methods if isinstance(m, verify.Method) and m.name == "draft")
+    draft = next(m for m in methods if isinstance(m, Method) and m.name == "draft")
     assert "d.gguf" in draft.argv
 
 
 def test_plain_control_runs_only_when_named() -> None:
     help_text = "--spec-type none,draft-simple,ngram-simple,ngram-map-k,ngram-mod\n"
-    available = verify.methods_for("upstream", help_text, Path("d.gguf"), has_mtp=False)
-    everything = verify.choose_methods(available, None, Path("llama-server"))
-    assert "plain" not in [m.name for m in everything if isinstance(m, verify.Method)]
-    chosen = verify.choose_methods(available, ["plain", "draft"], Path("llama-server"))
-    assert [m.name for m in chosen if isinstance(m, verify.Method)] == ["plain", "draft"]
+    available = methods_for("upstream", help_text, Path("d.gguf"), has_mtp=False)
+    everything = choose_methods(available, None, Path("llama-server"))
+    assert "plain" not in [m.name for m in everything if isinstance(m, Method)]
+    chosen = choose_methods(available, ["plain", "draft"], Path("llama-server"))
+    assert [m.name for m in chosen if isinstance(m, Method)] == ["plain", "draft"]
     assert chosen[0].argv == ()  # type: ignore[union-attr]
     with pytest.raises(LlamaspecError, match="plain: no speculation"):
-        verify.choose_methods(available, ["eagle"], Path("llama-server"))
+        choose_methods(available, ["eagle"], Path("llama-server"))
 
 
 def test_verify_prompts_cover_short_code_prose_and_chat() -> None:
-    names = [p.name for p in verify.VERIFY_PROMPTS]
+    names = [p.name for p in VERIFY_PROMPTS]
     assert {"short", "code", "prose", "chat", "rewrite"} <= set(names)
-    short = next(p for p in verify.VERIFY_PROMPTS if p.name == "short")
+    short = next(p for p in VERIFY_PROMPTS if p.name == "short")
     assert len(short.text.split()) < 32
-    chat = next(p for p in verify.VERIFY_PROMPTS if p.name == "chat")
+    chat = next(p for p in VERIFY_PROMPTS if p.name == "chat")
     assert chat.text.count("User:") == 4
 
 

@@ -8,52 +8,63 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from llamaspec.proof import suite, verify
+from llamaspec.proof import suite, verify, verify_report
 
 pytestmark = pytest.mark.unit
 
 DET = ["--no-kv-unified", "-fa", "off"]
 
 
-def _env(gap: float = 0.25) -> verify.Envelope:
-    return verify.Envelope(["sequential", "parallel slots"], gap, {"sequential": gap})
+def _env(gap: float = 0.25) -> verify_report.Envelope:
+    return verify_report.Envelope(("sequential", "parallel slots"), gap, {"sequential": gap})
 
 
-def _recipe_report(own_kind: str, own_gap: float) -> verify.VerifyReport:
-    det = verify.MethodResult("tuned", ["--spec-type", "ngram-simple"])
-    det.cases += [
-        verify.Case("code", "sequential", "identical", max_gap=0.0),
-        verify.Case("chat", "parallel", "within", 3, 0.1),
-    ]
-    own = verify.MethodResult("tuned", ["--spec-type", "ngram-simple"], flags="own")
-    own.cases += [
-        verify.Case("code", "sequential", "identical", max_gap=0.0),
-        verify.Case("chat", "sequential", own_kind, 5, own_gap, ["token 5: …"]),
-    ]
-    return verify.VerifyReport(
-        "art", "recipe-tuned-oracle", "oracle", "m.gguf", [det, own], _env(), None, 12, 3.0,
-        ["llama-server", "-m", "m.gguf", *DET], list(DET),
+def _recipe_report(own_kind: str, own_gap: float) -> verify_report.VerifyReport:
+    det = verify_report.MethodResult(
+        "tuned",
+        ("--spec-type", "ngram-simple"),
+        cases=(
+            verify_report.Case("code", "sequential", "identical", max_gap=0.0),
+            verify_report.Case("chat", "parallel", "within", 3, 0.1),
+        ),
+    )
+    own = verify_report.MethodResult(
+        "tuned",
+        ("--spec-type", "ngram-simple"),
+        cases=(
+            verify_report.Case("code", "sequential", "identical", max_gap=0.0),
+            verify_report.Case("chat", "sequential", own_kind, 5, own_gap, ["token 5: …"]),
+        ),
+        flags="own",
+    )
+    return verify_report.VerifyReport(
+        "art", "recipe-tuned-oracle", "oracle", "m.gguf", (det, own), _env(), None, 12, 3.0,
+        ("llama-server", "-m", "m.gguf", *DET), tuple(DET),
     )  # fmt: skip
 
 
 def test_the_strict_report_names_its_determinism_flags() -> None:
-    r = verify.VerifyReport("art", "embedded", "strict", "m-f32.gguf", [], determinism=DET)
-    md = verify.markdown(r)
+    r = verify_report.VerifyReport(
+        "art", "embedded", "strict", "m-f32.gguf", (), determinism=tuple(DET)
+    )
+    md = verify_report.markdown(r)
     assert "Exact under the determinism flags `--no-kv-unified -fa off`" in md
     assert "token-identical" in md and r.to_json()["determinism"] == DET
     assert r.to_json()["own_flags"] is None
     # a run on the server's defaults (the measurement option) claims no exactness
-    d = verify.VerifyReport("art", "embedded-defaults", "strict", "m", [], determinism=[])
-    assert "exactness is not claimed" in verify.markdown(d)
-    assert "--server-defaults" in verify.markdown(d)
+    d = verify_report.VerifyReport("art", "embedded-defaults", "strict", "m", (), determinism=())
+    assert "exactness is not claimed" in verify_report.markdown(d)
+    assert "--server-defaults" in verify_report.markdown(d)
     # reports that did not record flags say nothing about them
-    assert "determinism" not in verify.markdown(verify.VerifyReport("a", "e", "strict", "m", []))
+    assert "determinism" not in verify_report.markdown(
+        verify_report.VerifyReport("a", "e", "strict", "m", ())
+    )
 
 
 def test_a_difference_under_the_recipes_own_flags_within_the_envelope_passes() -> None:
     r = _recipe_report("within", 0.013)
     assert r.passed
-    md = verify.markdown(r)
+    md = verify_report.markdown(r)
     assert "| tuned (recipe's own flags) | sequential | 1 | 1 | 0 | 0.013 |" in md
     assert "| tuned | sequential | 1 | 0 | 0 |" in md
     assert "## Recipe's own flags vs determinism flags" in md
@@ -74,7 +85,7 @@ def test_a_difference_under_the_recipes_own_flags_within_the_envelope_passes() -
 def test_a_token_over_the_envelope_under_the_recipes_own_flags_fails() -> None:
     r = _recipe_report("over-envelope", 0.9)
     assert not r.passed
-    md = verify.markdown(r)
+    md = verify_report.markdown(r)
     assert "FAILED: under its own flags" in md and "Result: FAILED" in md
     assert "## tuned (recipe's own flags) / chat (sequential): over-envelope at token 5" in md
     assert r.to_json()["own_flags"]["verdict"] == "failed"
@@ -83,12 +94,12 @@ def test_a_token_over_the_envelope_under_the_recipes_own_flags_fails() -> None:
 
 def test_no_change_under_the_own_flags_is_said_plainly() -> None:
     r = _recipe_report("identical", 0.0)
-    assert "the defaults changed no output here" in verify.markdown(r)
+    assert "the defaults changed no output here" in verify_report.markdown(r)
 
 
 def test_the_console_names_the_flags_and_the_own_flags_verdict() -> None:
     console = Console(record=True, width=200)
-    verify.print_table(_recipe_report("within", 0.013), console)
+    verify_report.print_table(_recipe_report("within", 0.013), console)
     out = console.export_text()
     rows = [line.split() for line in out.splitlines() if line.startswith("│ tuned")]
     assert [r[3] for r in rows] == ["determinism", "determinism", "own"]

@@ -24,9 +24,12 @@ from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import catalog as models
 from llamaspec.models import compat, dialects, recipes
+from llamaspec.models.methods import Method
 from llamaspec.paths import project_root
 from llamaspec.proof import verify
+from llamaspec.proof.prompts import choose_prompts
 from llamaspec.proof.reference import Reference, reference_copy
+from llamaspec.proof.verify_report import VerifyReport
 from llamaspec.runtime.client import Prompt
 
 # Options a verify run sets itself (its own model files, slots, context, loopback port).
@@ -36,7 +39,7 @@ OWN_OPTIONS = {"-m": 1, "--host": 1, "--port": 1, "-c": 1, "-np": 1, "-fa": 1}
 
 @dataclass(frozen=True)
 class Outcome:
-    reports: tuple[verify.VerifyReport, ...]
+    reports: tuple[VerifyReport, ...]
 
     @property
     def failed(self) -> list[str]:
@@ -86,7 +89,7 @@ def builtin(
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
     from llamaspec.proof.hybrid import hybrid_model
 
-    prompts = tuple(prompts) or verify.choose_prompts(prompt_names)
+    prompts = tuple(prompts) or choose_prompts(prompt_names)
     out = []
     for name in which:
         if name == "embedded":
@@ -101,29 +104,25 @@ def builtin(
             draft = hybrid_model(artifact, console, seed=2)
             sha, draft_sha = sha256_file(model, console), sha256_file(draft, console)
             chosen = methods or ["draft", "ngram-mod"]
-        run = functools.partial(
-            verify.verify,
-            artifact,
-            dialect,
+        plan = functools.partial(
+            verify.VerifyPlan,
             out_dir=reports,
-            console=console,
-            methods=chosen,
+            methods=tuple(chosen) if chosen is not None else None,
             tag=f"{name}-defaults" if server_defaults else name,
-            modes=modes,
+            modes=tuple(modes),
             repeat=repeat,
             prompts=prompts,
             server_defaults=server_defaults,
         )
         if "strict" in tiers:
             ref, ref_draft = _references(model, draft, console, sha, draft_sha)
-            out.append(
-                run(
-                    ref.path,
-                    tier="strict",
-                    draft=ref_draft.path if ref_draft else None,
-                    reference_sha256=ref.sha256,
-                )
+            exact = plan(
+                ref.path,
+                tier="strict",
+                draft=ref_draft.path if ref_draft else None,
+                reference_sha256=ref.sha256,
             )
+            out.append(verify.verify(artifact, dialect, exact, console))
         if (
             "oracle" in tiers
             and name == "embedded"
@@ -134,11 +133,12 @@ def builtin(
                 "ids, which the per-token oracle needs (the strict tier ran)"
             )
         elif "oracle" in tiers and name == "embedded":
-            out.append(run(model, tier="oracle", draft=draft))
+            oracle = plan(model, tier="oracle", draft=draft)
+            out.append(verify.verify(artifact, dialect, oracle, console))
     return Outcome(tuple(out))
 
 
-def spec_method(argv: Sequence[str], name: str, keep: Sequence[str] = ()) -> verify.Method:
+def spec_method(argv: Sequence[str], name: str, keep: Sequence[str] = ()) -> Method:
     """A recipe's rendered command as a verify method: its own options minus what verify sets
     (but those in `keep`: the recipe's own flash-attention setting, under its own flags)."""
     rest, skip = [], 0
@@ -150,7 +150,7 @@ def spec_method(argv: Sequence[str], name: str, keep: Sequence[str] = ()) -> ver
             skip = OWN_OPTIONS[a]
             continue
         rest.append(a)
-    return verify.Method(name, tuple(rest))
+    return Method(name, tuple(rest))
 
 
 def for_recipe(
@@ -169,11 +169,11 @@ def for_recipe(
     recipe, catalog = recipes.find(name, root)
     files = models.pull(catalog, recipe.pair, root, console)
 
-    def method(target: Path, draft: Path | None) -> verify.Method:
+    def method(target: Path, draft: Path | None) -> Method:
         argv = recipes.render_for(recipe, artifact, dialect, target, draft).argv
         return spec_method(argv, recipe.name)
 
-    def own(target: Path, draft: Path | None) -> verify.Method:
+    def own(target: Path, draft: Path | None) -> Method:
         argv = recipes.render_for(recipe, artifact, dialect, target, draft).argv
         return spec_method(argv, recipe.name, keep=("-fa",))
 
@@ -247,10 +247,10 @@ def for_files(
     if kind == "draft" and draft is None:
         raise LlamaspecError("--spec draft needs --draft FILE (a compatible draft model).")
 
-    def method(t: Path, d: Path | None) -> verify.Method:
+    def method(t: Path, d: Path | None) -> Method:
         p_min = 0.0 if kind == "draft" else None
         s = dialects.SpecSettings(kind, d, n_max=8, p_min=p_min)  # type: ignore[arg-type]
-        return verify.Method(kind, tuple(dialects.spec_args(dialect, s)))
+        return Method(kind, tuple(dialects.spec_args(dialect, s)))
 
     return _own_settings(
         artifact,
@@ -273,13 +273,13 @@ def _own_settings(
     tag: str,
     target: Path,
     draft: Path | None,
-    method: Callable[[Path, Path | None], verify.Method],
+    method: Callable[[Path, Path | None], Method],
     strict: bool,
     modes: Sequence[str],
     reports: Path,
     console: Console,
     prompts: Sequence[Prompt] = (),
-    own: Callable[[Path, Path | None], verify.Method] | None = None,
+    own: Callable[[Path, Path | None], Method] | None = None,
 ) -> Outcome:
     """One configuration, `method(target, draft)`: the oracle tier on the files as they are
     (unless the engine has no token ids and --strict runs), with `own(target, draft)` (the
@@ -287,33 +287,28 @@ def _own_settings(
     --strict. `prompts` replace the built-in ones."""
     spec = method(target, draft)  # rendered first: a refusal comes before any work
     mine = own(target, draft) if own else None
-    run = functools.partial(
-        verify.verify,
-        artifact,
-        dialect,
+    plan = functools.partial(
+        verify.VerifyPlan,
         out_dir=reports,
-        console=console,
+        tag=tag,
+        modes=tuple(modes),
         **({"prompts": tuple(prompts)} if prompts else {}),
     )
     out = []
     if not (strict and _no_token_ids(artifact, console)):
-        out.append(
-            run(target, tier="oracle", tag=tag, draft=draft, modes=modes, spec=spec, own=mine)
-        )
+        oracle = plan(target, tier="oracle", draft=draft, spec=spec, own=mine)
+        out.append(verify.verify(artifact, dialect, oracle, console))
     if strict:
         ref, ref_draft = _references(target, draft, console)
         ref_draft_path = ref_draft.path if ref_draft else None
-        out.append(
-            run(
-                ref.path,
-                tier="strict",
-                tag=tag,
-                draft=ref_draft_path,
-                modes=modes,
-                spec=method(ref.path, ref_draft_path),
-                reference_sha256=ref.sha256,
-            )
+        exact = plan(
+            ref.path,
+            tier="strict",
+            draft=ref_draft_path,
+            spec=method(ref.path, ref_draft_path),
+            reference_sha256=ref.sha256,
         )
+        out.append(verify.verify(artifact, dialect, exact, console))
     return Outcome(tuple(out))
 
 

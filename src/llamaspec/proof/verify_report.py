@@ -1,0 +1,392 @@
+"""What a verify run found, and how it is shown: the report model (frozen, typed values),
+its JSON and Markdown files, and the console table.
+
+A `Case` is one prompt in one mode; a `MethodResult` holds a method's cases and draft
+counts; an `Envelope` is the oracle tier's allowance; a `VerifyReport` is one tier of one
+run. proof.verify builds them; `write` and `print_table` show them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from llamaspec.models.methods import PLAIN
+
+# What a case can be: identical | different | short | longer | known-defect | over-envelope
+# | within. The failures among them:
+FAILED_KINDS = ("different", "short", "longer", "over-envelope")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One prompt in one mode: how the speculative output compares with the reference."""
+
+    prompt: str
+    mode: str
+    kind: str  # identical | different | short | longer | known-defect | over-envelope | within
+    position: int | None = None
+    max_gap: float | None = None
+    over: list[str] = field(default_factory=list)  # tokens over the envelope, described
+    reference: str = ""
+    speculative: str = ""
+    defect: str | None = None
+    note: str = ""  # why a catalogued short-output defect does not excuse it
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    """One method's cases in every mode it ran, and what it drafted and had accepted."""
+
+    method: str
+    argv: tuple[str, ...]
+    skipped: str | None = None
+    cases: tuple[Case, ...] = ()
+    drafted: int = 0
+    accepted: int = 0
+    per_mode: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # (drafted, accepted)
+    flags: str = "determinism"  # or "own": the recipe's own flags, no determinism flags
+
+    def drafts(self, mode: str) -> tuple[int, int]:
+        d, a = self.per_mode.get(mode, (0, 0))
+        return d, a
+
+    def count(self, kind: str, mode: str | None = None) -> int:
+        return sum(1 for c in self.cases if c.kind == kind and mode in (None, c.mode))
+
+    @property
+    def failures(self) -> list[Case]:
+        return [c for c in self.cases if c.kind in FAILED_KINDS]
+
+    def max_gap(self, mode: str | None = None) -> float | None:
+        gaps = [c.max_gap for c in self.cases if c.max_gap is not None and mode in (None, c.mode)]
+        return max(gaps) if gaps else None
+
+
+@dataclass(frozen=True)
+class EnvelopeFailure:
+    """An envelope configuration that crashed the server (skipped, its log kept)."""
+
+    config: str
+    error: str
+    log: str
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """The plain output's own largest per-token gap under shape-only configurations."""
+
+    configs: tuple[str, ...]
+    max_gap: float
+    by_config: Mapping[str, float] = field(default_factory=dict)
+    failures: tuple[EnvelopeFailure, ...] = ()
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """One tier of one verify run."""
+
+    artifact_id: str
+    tag: str
+    tier: str
+    model: str
+    methods: tuple[MethodResult, ...]
+    envelope: Envelope | None = None
+    reference_sha256: str | None = None
+    oracle_requests: int = 0
+    wall_seconds: float = 0.0
+    server: tuple[str, ...] = ()  # the plain server's command line
+    # The determinism flags every server used (rows with flags "own" excepted); () when the
+    # run used the server's defaults, None where not recorded.
+    determinism: tuple[str, ...] | None = None
+
+    @property
+    def passed(self) -> bool:
+        ran = [m for m in self.methods if m.skipped is None]
+        return bool(ran) and all(not m.failures for m in ran)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["passed"] = self.passed
+        for m, mj in zip(self.methods, out["methods"], strict=True):
+            mj["summary"] = {
+                mode: {
+                    "identical": m.count("identical", mode),
+                    "failed": sum(1 for c in m.failures if c.mode == mode),
+                    "max_gap": _finite(m.max_gap(mode)),
+                }
+                for mode in ("sequential", "parallel")
+            }
+            mj["identical"] = m.count("identical")
+            mj["failed"] = len(m.failures)
+        out["own_flags"] = own_flags_summary(self)
+        return _json_safe(out)  # type: ignore[return-value]
+
+
+FLAG_LABELS = {"determinism": "determinism flags", "own": "recipe's own flags"}
+
+
+def _label(m: MethodResult) -> str:
+    """A method as reports name it: rows under the recipe's own flags say so."""
+    return m.method if m.flags == "determinism" else f"{m.method} ({FLAG_LABELS[m.flags]})"
+
+
+def _under_test(method: str) -> str:
+    """What a report calls the output compared with the reference."""
+    return "control (no speculation)" if method == PLAIN.name else "speculative"
+
+
+def own_flags_summary(report: VerifyReport) -> dict | None:
+    """What the recipe's own flags (the server's defaults) changed, in the oracle's terms:
+    outputs identical to the reference, within the envelope, over it; None without such rows."""
+    own = [m for m in report.methods if m.flags == "own" and m.skipped is None]
+    if not own:
+        return None
+    cases = [c for m in own for c in m.cases]
+    failed = sum(len(m.failures) for m in own)
+    gaps = [g for g in (m.max_gap() for m in own) if g is not None]
+    return {
+        "outputs": len(cases),
+        "identical": sum(1 for c in cases if c.kind == "identical"),
+        "within_envelope": sum(1 for c in cases if c.kind == "within"),
+        "over_envelope": sum(1 for c in cases if c.kind == "over-envelope"),
+        "other_failures": failed - sum(1 for c in cases if c.kind == "over-envelope"),
+        "max_gap": _finite(max(gaps)) if gaps else None,
+        "envelope": round(report.envelope.max_gap, 4) if report.envelope else None,
+        "verdict": "failed" if failed else "passed",
+    }
+
+
+def _finite(x: float | None) -> float | str | None:
+    if x is None:
+        return None
+    return "outside top-10" if math.isinf(x) else round(x, 4)
+
+
+def _json_safe(obj: object) -> object:
+    """JSON values: an infinite gap as "inf", tuples as lists."""
+    if isinstance(obj, float) and math.isinf(obj):
+        return "inf"
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def write(report: VerifyReport, out_dir: Path) -> None:
+    """verify-<artifact>-<tag>.json and .md into `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"verify-{report.artifact_id}-{report.tag}"
+    stem.with_suffix(".json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    stem.with_suffix(".md").write_text(markdown(report))
+
+
+def markdown(report: VerifyReport) -> str:
+    lines = [f"# Equivalence ({report.tier} tier): {report.artifact_id} ({report.model})", ""]
+    if report.tier == "strict":
+        lines += [
+            "Reference copy in F32"
+            + (f" (sha256 `{report.reference_sha256[:16]}…`)" if report.reference_sha256 else "")
+            + ": greedy output with speculation must be token-identical to output without it.",
+            *flags_lines(report),
+            "",
+            "| method | mode | identical | failed | known defect | drafted | accepted | note |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+    else:
+        env = report.envelope
+        assert env is not None
+        lines += [
+            f"Envelope (no speculation; {', '.join(env.configs)}): max per-token gap "
+            f"{env.max_gap:.3f} nats ({', '.join(f'{k}: {v}' for k, v in env.by_config.items())}); "
+            f"{report.oracle_requests} oracle requests.",
+            *flags_lines(report),
+            "",
+            *(
+                f"Envelope configuration **{f.config}** crashed the server and was skipped: "
+                f"{f.error} (log: `{f.log}`)."
+                for f in env.failures
+            ),
+            "",
+            "| method | mode | identical | within envelope | over envelope | max gap | drafted | "
+            "accepted | note |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+    for m in report.methods:
+        if m.skipped:
+            lines.append(f"| {_label(m)} | – | | | | | | | {m.skipped} |")
+            continue
+        for mode in ("sequential", "parallel"):
+            if not any(c.mode == mode for c in m.cases):
+                continue
+            if report.tier == "strict":
+                failed = sum(1 for c in m.failures if c.mode == mode)
+                d, a = m.drafts(mode)
+                lines.append(
+                    f"| {_label(m)} | {mode} | {m.count('identical', mode)} | {failed} | "
+                    f"{m.count('known-defect', mode)} | {d} | {a} | |"
+                )
+            else:
+                gap = _finite(m.max_gap(mode))
+                d, a = m.drafts(mode)
+                lines.append(
+                    f"| {_label(m)} | {mode} | {m.count('identical', mode)} | "
+                    f"{m.count('within', mode)} | {m.count('over-envelope', mode)} | {gap} | "
+                    f"{d} | {a} | |"
+                )
+    if report.server:
+        lines += [
+            "",
+            f"Plain server: `{' '.join(report.server)}`; each method adds its arguments:",
+            "",
+            *(
+                f"- {_label(m)}: `{' '.join(m.argv) or '(none)'}`"
+                + (" (without the determinism flags)" if m.flags == "own" else "")
+                for m in report.methods
+                if not m.skipped
+            ),
+        ]
+    own = own_flags_lines(report)
+    if own:
+        lines += ["", "## Recipe's own flags vs determinism flags", "", *own]
+    for m in report.methods:
+        who = _under_test(m.method)
+        for c in m.cases:
+            if c.kind in ("identical", "within"):
+                continue
+            lines += [
+                "",
+                f"## {_label(m)} / {c.prompt} ({c.mode}): {c.kind} at token {c.position}",
+                "",
+            ]
+            if c.defect:
+                lines.append(f"- known defect: {c.defect}")
+            if c.note:
+                lines.append(f"- {c.note}")
+            lines += [f"- reference: `{c.reference}`", f"- {who}: `{c.speculative}`"]
+            if c.max_gap is not None:
+                lines.append(f"- largest per-token gap of the {who} output: {_finite(c.max_gap)}")
+            lines += [f"- {o}" for o in c.over]
+    lines += [
+        "",
+        f"Result: {'PASSED' if report.passed else 'FAILED'} in {report.wall_seconds:.0f}s.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def flags_lines(report: VerifyReport) -> list[str]:
+    """Which server flags the report's claim holds under (nothing where not recorded)."""
+    det = report.determinism
+    if det is None:
+        return []
+    if not det:
+        return [
+            "",
+            "Server defaults, no determinism flags (`--server-defaults`): exactness is not "
+            "claimed here; a difference measures what the defaults change, with its gaps.",
+        ]
+    flags = f"`{' '.join(det)}`"
+    if report.tier == "strict":
+        text = (
+            f"Exact under the determinism flags {flags}, which every server of this run uses "
+            "(one KV cache per slot, flash attention off); with the server's defaults "
+            "exactness is not claimed."
+        )
+    else:
+        text = f"Reference, envelope and oracle run under the determinism flags {flags}" + (
+            "; the rows under the recipe's own flags run without them."
+            if any(m.flags == "own" for m in report.methods)
+            else "."
+        )
+    return ["", text]
+
+
+def own_flags_lines(report: VerifyReport) -> list[str]:
+    """What the recipe's own flags changed against the same reference and envelope."""
+    s = own_flags_summary(report)
+    if s is None:
+        return []
+    det = " ".join(report.determinism or []) or "the determinism flags"
+    if s["verdict"] == "failed":
+        verdict = (
+            "FAILED: under its own flags the recipe emits tokens the oracle puts over the "
+            "envelope (details below)."
+        )
+    elif s["within_envelope"]:
+        verdict = (
+            "Passed: what the defaults change stays within the envelope, the numerics of "
+            "other kernel shapes, not a failure."
+        )
+    else:
+        verdict = "Passed: the defaults changed no output here."
+    return [
+        f"Under the determinism flags (`{det}`) the recipe ran as the strict tier needs it to "
+        "be exact. Under the recipe's own flags it ran the way `serve` runs it: the "
+        "server's defaults for the rest, no determinism flags. Against the same reference "
+        "and envelope "
+        f"({s['envelope']} nats): {s['identical']} of {s['outputs']} outputs identical, "
+        f"{s['within_envelope']} within the envelope, {s['over_envelope']} over it"
+        + (f", {s['other_failures']} cut short or failed otherwise" if s["other_failures"] else "")
+        + f"; the largest per-token gap {s['max_gap']} nats.",
+        "",
+        verdict,
+    ]
+
+
+def print_table(report: VerifyReport, console: Console) -> None:
+    table = Table(title=f"verify ({report.tier}): {report.artifact_id} ({report.model})")
+    own = any(m.flags == "own" for m in report.methods)
+    cols = ["method", *(["flags"] if own else []), "mode", "identical"]
+    cols += ["failed", "known defect"] if report.tier == "strict" else ["within", "over", "max gap"]
+    for col in (*cols, "drafted", "accepted", "note"):
+        table.add_column(col)
+    for m in report.methods:
+        first = [m.method, *([m.flags] if own else [])]
+        if m.skipped:
+            table.add_row(*first, "–", *[""] * (len(cols) - len(first) - 1), "", "", m.skipped)
+            continue
+        for mode in ("sequential", "parallel"):
+            if not any(c.mode == mode for c in m.cases):
+                continue
+            if report.tier == "strict":
+                extra = [
+                    str(sum(1 for c in m.failures if c.mode == mode)),
+                    str(m.count("known-defect", mode)),
+                ]
+            else:
+                extra = [
+                    str(m.count("within", mode)),
+                    str(m.count("over-envelope", mode)),
+                    str(_finite(m.max_gap(mode))),
+                ]
+            table.add_row(
+                *first,
+                mode,
+                str(m.count("identical", mode)),
+                *extra,
+                *map(str, m.drafts(mode)),
+                "",
+            )
+    console.print(table)
+    for line in (*flags_lines(report), *own_flags_lines(report)):
+        console.print(f"  {line}" if line else "", markup=False)
+    for m in report.methods:
+        who = _under_test(m.method)
+        for c in m.cases:
+            if c.kind not in ("identical", "within"):
+                console.print(
+                    f"  {_label(m)}/{c.prompt} ({c.mode}): {c.kind} at token {c.position}"
+                    + (f" — {c.defect}" if c.defect else "")
+                )
+                if c.note:
+                    console.print(f"    {c.note}")
+                if c.kind != "known-defect":
+                    console.print(f"    reference: {c.reference}\n    {who}: {c.speculative}")
+    console.print(f"verify: {'PASSED' if report.passed else 'FAILED'} ({report.wall_seconds:.0f}s)")
