@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import platformdirs
 from pydantic import BeforeValidator, Field, StrictInt
 
-from llamaspec.config import Frozen, parse, read_yaml
+from llamaspec.config.loader import Frozen, parse, read_yaml
 from llamaspec.errors import LlamaspecError
 
 
