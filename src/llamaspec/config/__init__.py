@@ -10,6 +10,8 @@ module per schema and the strict YAML loader they share.
 - `config.recipes`: recipes/NAME.yaml
 - `config.prompts`: the user's prompts files for `verify --prompts` (JSON Lines)
 - `config.user`: the user's own build defaults (config.yaml in the user config dir)
+- `config.schemas`: the JSON Schemas of recipes, models.yaml and the user config, committed
+  under docs/reference/schemas/ (`nox -s schemas` writes them)
 
 Execution modules receive the frozen objects defined here, never raw dicts.
 
