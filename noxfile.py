@@ -47,6 +47,13 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session
+def schemas(session: nox.Session) -> None:
+    """Rewrite the committed JSON Schemas (docs/reference/schemas/); `-- --check` only checks."""
+    _install(session)
+    session.run("python", "-m", "llamaspec.config.schemas", *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and format check."""
     session.install("ruff")

@@ -1,5 +1,6 @@
-"""MkDocs hooks: add the generated reference (CLI pages, JSON Schemas) and the reports'
-index to the site. The pages themselves come from `llamaspec.cli.reference`."""
+"""MkDocs hooks: add the generated reference (CLI pages) and the reports' index to the
+site. The pages themselves come from `llamaspec.cli.reference`; the JSON Schemas are
+committed files (docs/reference/schemas/, written by `nox -s schemas`)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _reports_index(docs: Path) -> str:
 
 def on_files(files: Files, config) -> Files:
     docs = Path(config["docs_dir"])
-    generated = {**reference.pages(), "reports/index.md": _reports_index(docs)}
+    generated = {**reference.cli_pages(), "reports/index.md": _reports_index(docs)}
     for uri, text in generated.items():
         if files.get_file_from_path(uri) is not None:
             raise SystemExit(f"docs/{uri} is generated when the site is built: remove the file")

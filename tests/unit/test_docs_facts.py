@@ -369,7 +369,7 @@ def test_the_checks_find_what_they_are_for(tmp_path: Path) -> None:
     ):
         assert len(fact_problems(wrong, tmp_path)) == 1, wrong
     text = (
-        "See `docs/nowhere.md`, [this](reports/none.md), `llamaspec/{config,nope}.py`.\n"
+        "See `docs/nowhere.md`, [this](reports/none.md), `llamaspec/{paths,nope}.py`.\n"
         "```console\n$ llamaspec build --no-such-flag\n$ nox -s no-such-session\n"
         "$ nox -s bench -- --no-such-flag\n```\n`llamaspec bnech` and `nox -s build-*`\n"
     )

@@ -115,3 +115,11 @@ def test_an_installed_llamaspec_writes_its_lock_under_the_user_data_dir(
     assert lock.save(packaged, record) == tmp_path / "data" / "llamaspec.lock"
     assert lock.load(packaged)["models"] == record["models"]
     assert not (packaged / "llamaspec.lock").exists()
+
+
+def test_the_config_package_is_base() -> None:
+    """config/ is a package of base modules (one per schema), below every stage."""
+    assert (PACKAGE / "config" / "__init__.py").is_file()
+    assert {_layer(f"llamaspec.config.{p.stem}") for p in (PACKAGE / "config").glob("*.py")} == {
+        "base"
+    }

@@ -14,11 +14,11 @@ from rich.console import Console
 
 from llamaspec import config
 from llamaspec import lock as lockfile
+from llamaspec.config import user as userconfig
 from llamaspec.engine import backends, build_report, preflight, sources, toolchain
 from llamaspec.engine import build as build_stage
 from llamaspec.engine import patch_queue as patches
 from llamaspec.engine import profiles as flags
-from llamaspec.engine import user_config as userconfig
 from llamaspec.engine.artifact import Artifact, check_dist
 from llamaspec.engine.cuda import choice as cuda_choice
 from llamaspec.engine.cuda.toolkit import Toolkit

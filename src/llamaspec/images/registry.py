@@ -40,7 +40,7 @@ UNREACHABLE = (
 def configured_registry(given: str | None) -> tuple[str, str]:
     """The registry to pull from and where that came from: --registry, else
     LLAMASPEC_REGISTRY, else the user config's `registry`, else the published one."""
-    from llamaspec.engine import user_config
+    from llamaspec.config import user as user_config
 
     if given:
         return given, "--registry"

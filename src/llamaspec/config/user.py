@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import platformdirs
-from pydantic import BeforeValidator, Field, StrictInt
+from pydantic import BeforeValidator, Field, StrictInt, WithJsonSchema
 
-from llamaspec.config import Frozen, parse, read_yaml
+from llamaspec.config.loader import Frozen, parse, read_yaml
 from llamaspec.errors import LlamaspecError
 
 
@@ -25,7 +25,13 @@ def _cmake_value(value: object) -> str:
     raise ValueError(f"{value!r} is not a CMake value (a string, number or ON/OFF)")
 
 
-CMakeValue = Annotated[str, BeforeValidator(_cmake_value)]
+# the JSON Schema says what the file may hold (YAML's ON is a boolean, 86 a number), not
+# the string it becomes
+CMakeValue = Annotated[
+    str,
+    BeforeValidator(_cmake_value),
+    WithJsonSchema({"type": ["string", "number", "boolean"]}, mode="validation"),
+]
 
 
 class BackendDefaults(Frozen):
