@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mkdocs.structure.files import File, Files
 
+from llamaspec import env
 from llamaspec.cli import reference
 
 KINDS = {
@@ -42,6 +43,7 @@ def _reports_index(docs: Path) -> str:
 def on_files(files: Files, config) -> Files:
     docs = Path(config["docs_dir"])
     generated = {**reference.cli_pages(), "reports/index.md": _reports_index(docs)}
+    generated["reference/environment.md"] = env.markdown()  # from llamaspec/env.py's table
     for uri, text in generated.items():
         if files.get_file_from_path(uri) is not None:
             raise SystemExit(f"docs/{uri} is generated when the site is built: remove the file")

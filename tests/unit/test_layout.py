@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import pytest
@@ -14,57 +15,223 @@ pytestmark = pytest.mark.unit
 PACKAGE = Path(llamaspec.__file__).parent
 # Lowest first. A module may import its own layer and any layer before it.
 LAYERS = ("base", "engine", "models", "runtime", "proof", "perf", "images", "maint", "cli")
-BASE = {"errors", "paths", "config", "lock", "procs", "progress"}
+# Base modules; `config` may be a module or a package: all of llamaspec.config.* is base.
+BASE = {"errors", "paths", "env", "config", "lock", "procs", "progress"}
 
 
 def _layer(module: str) -> str:
-    """`llamaspec.engine.build` → engine; `llamaspec.errors` → base."""
+    """`llamaspec.engine.build` → engine; `llamaspec.errors`, `llamaspec.config.x` → base."""
     parts = module.split(".")
     if len(parts) == 1 or parts[1] in BASE or parts[1] == "__init__":
         return "base"
     return parts[1]
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """Every llamaspec module a file imports, at top level or inside functions."""
+def _module(path: Path, package: Path) -> str:
+    """`<package>/engine/build.py` → `llamaspec.engine.build`; a package's `__init__.py` → the
+    package's name."""
+    rel = path.relative_to(package.parent).with_suffix("")
+    return ".".join(rel.parts).removesuffix(".__init__")
+
+
+def _is_module(name: str, package: Path) -> bool:
+    """Whether a dotted name is a module or a package of the tree under `package`."""
+    where = package.parent / name.replace(".", "/")
+    return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
+
+
+def _imports(path: Path, package: Path = PACKAGE) -> list[tuple[int, str]]:
+    """Every module of the package a file imports, at top level or inside functions."""
+    top = package.name
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("llamaspec"):
-            assert node.level == 0, f"{path}: relative import; write llamaspec.… in full"
+        if isinstance(node, ast.ImportFrom) and node.level:
+            raise AssertionError(f"{path}:{node.lineno}: relative import; write {top}.… in full")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == top:
             for alias in node.names:
                 # `from llamaspec.engine import build` names the module llamaspec.engine.build
                 sub = f"{node.module}.{alias.name}"
-                as_module = (PACKAGE.parent / sub.replace(".", "/")).with_suffix(".py").is_file()
-                found.append((node.lineno, sub if as_module else node.module))
+                found.append((node.lineno, sub if _is_module(sub, package) else node.module))
         elif isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("llamaspec")]
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == top]
     return found
+
+
+def upward_imports(package: Path) -> list[str]:
+    """`file:line imports X (up the pipeline)` for every import that runs up the floors."""
+    wrong = []
+    for path in sorted(package.rglob("*.py")):
+        mine = LAYERS.index(_layer(_module(path, package)))
+        for line, target in _imports(path, package):
+            if target == package.name:
+                continue
+            theirs = LAYERS.index(_layer(target))
+            if theirs > mine:
+                wrong.append(
+                    f"{path.relative_to(package)}:{line} imports {target} (up the pipeline)"
+                )
+    return wrong
+
+
+Graph = dict[str, dict[str, str]]  # module → imported module → where (`cli/main.py:12`)
+
+
+def import_graph(package: Path) -> Graph:
+    """Which module of the package imports which, lazy imports included (a module importing
+    itself, or its own package's `__init__`, is left out: that is no cycle between two)."""
+    graph: Graph = {}
+    for path in sorted(package.rglob("*.py")):
+        mine = _module(path, package)
+        edges = graph.setdefault(mine, {})
+        for line, target in _imports(path, package):
+            if target != mine:
+                edges.setdefault(target, f"{path.relative_to(package).as_posix()}:{line}")
+    return graph
+
+
+def _components(graph: Graph) -> list[list[str]]:
+    """Tarjan's strongly connected components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, {}):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def _shortest_cycle(graph: Graph, group: list[str]) -> list[str]:
+    """A shortest cycle through the group's first module, by breadth-first search."""
+    start, inside = group[0], set(group)
+    came: dict[str, str] = {}
+    queue = [start]
+    for node in queue:
+        for nxt in sorted(graph.get(node, {})):
+            if nxt == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(came[path[-1]])
+                return [start, *reversed(path[:-1]), start] if len(path) > 1 else [start, start]
+            if nxt in inside and nxt not in came:
+                came[nxt] = node
+                queue.append(nxt)
+    raise AssertionError(f"no cycle through {start} in {group}")
+
+
+def import_cycles(package: Path, graph: Graph | None = None) -> list[str]:
+    """One line per strongly connected component: its modules and a cycle through them,
+    with where each import is (`a (a.py:3) → b (b.py:9) → a`)."""
+    graph = import_graph(package) if graph is None else graph
+    out = []
+    for group in _components(graph):
+        cycle = _shortest_cycle(graph, group)
+        steps = [f"{a} ({graph[a][b]})" for a, b in itertools.pairwise(cycle)]
+        out.append(f"{', '.join(group)}: " + " → ".join([*steps, cycle[-1]]))
+    return out
 
 
 def test_every_module_lives_in_a_stage_subpackage() -> None:
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
     assert set(top) <= BASE, f"modules outside the stage subpackages: {set(top) - BASE}"
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert packages <= set(LAYERS) | BASE, f"unknown subpackages: {packages - set(LAYERS) - BASE}"
     for pkg in LAYERS[1:]:
         doc = ast.get_docstring(ast.parse((PACKAGE / pkg / "__init__.py").read_text()))
         assert doc and "May import" in doc, f"{pkg}/__init__.py must say what it may import"
 
 
 def test_imports_run_down_the_pipeline() -> None:
-    wrong = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE.parent).with_suffix("")
-        module = ".".join(rel.parts).removesuffix(".__init__")
-        mine = LAYERS.index(_layer(module))
-        for line, target in _imports(path):
-            if target == "llamaspec":
-                continue
-            theirs = LAYERS.index(_layer(target))
-            if theirs > mine:
-                wrong.append(
-                    f"{path.relative_to(PACKAGE)}:{line} imports {target} (up the pipeline)"
-                )
+    wrong = upward_imports(PACKAGE)
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles() -> None:
+    """No two modules import each other, directly or through others (lazy imports count:
+    a cycle is a layering knot even where Python happens to resolve it)."""
+    cycles = import_cycles(PACKAGE)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    """A throwaway package named like ours, with these files (and empty `__init__.py`s)."""
+    package = root / PACKAGE.name
+    for rel, text in files.items():
+        path = package / rel
+        for folder in reversed(path.relative_to(package).parents):  # ., then down to path's
+            (package / folder).mkdir(parents=True, exist_ok=True)
+            init = package / folder / "__init__.py"
+            if not init.exists():
+                init.write_text('"""May import: the base modules."""\n')
+        path.write_text(text)
+    return package
+
+
+def test_the_checks_flag_a_planted_cycle_and_a_planted_upward_import(tmp_path: Path) -> None:
+    package = _plant(
+        tmp_path,
+        {
+            "errors.py": "class E(Exception): ...\n",
+            "config/recipes.py": "from llamaspec.errors import E\n",
+            # a → b at top level, b → c inside a function, c → a: one cycle of three
+            "engine/a.py": "from llamaspec.engine import b\nfrom llamaspec.config import recipes\n",
+            "engine/b.py": "def f():\n    import llamaspec.engine.c\n",
+            "engine/c.py": "from llamaspec.engine.a import thing\n",
+            # down the floors, no cycle: not flagged
+            "proof/d.py": "from llamaspec.engine import c\nfrom llamaspec import errors\n",
+            # up the floors: engine may not import cli (nor is cli importing it back)
+            "engine/up.py": "\n\ndef late():\n    from llamaspec.cli.main import run\n",
+            "cli/main.py": "def run(): ...\n",
+        },
+    )
+    assert upward_imports(package) == [
+        "engine/up.py:4 imports llamaspec.cli.main (up the pipeline)"
+    ]
+    assert import_cycles(package) == [
+        "llamaspec.engine.a, llamaspec.engine.b, llamaspec.engine.c: "
+        "llamaspec.engine.a (engine/a.py:1) → llamaspec.engine.b (engine/b.py:2) → "
+        "llamaspec.engine.c (engine/c.py:1) → llamaspec.engine.a"
+    ]
+    # two modules that import each other, beside the first knot: each is reported
+    (package / "proof" / "e.py").write_text("from llamaspec.proof import d\n")
+    (package / "proof" / "d.py").write_text("import llamaspec.proof.e\n")
+    cycles = import_cycles(package)
+    assert len(cycles) == 2 and cycles[1] == (
+        "llamaspec.proof.d, llamaspec.proof.e: llamaspec.proof.d (proof/d.py:1) → "
+        "llamaspec.proof.e (proof/e.py:1) → llamaspec.proof.d"
+    )
+    # and a tree without them passes both checks
+    (package / "engine" / "c.py").write_text("from llamaspec.errors import E\n")
+    (package / "proof" / "d.py").write_text("from llamaspec.engine import c\n")
+    (package / "engine" / "up.py").write_text("from llamaspec.config import recipes\n")
+    assert upward_imports(package) == [] and import_cycles(package) == []
+    (package / "engine" / "rel.py").write_text("from . import a\n")
+    with pytest.raises(AssertionError, match="rel.py:1: relative import"):
+        import_graph(package)
 
 
 def test_no_module_reaches_into_another_modules_private_names() -> None:
