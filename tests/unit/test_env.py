@@ -146,7 +146,7 @@ def test_the_table_is_one_frozen_record_per_variable_and_renders_every_one() -> 
 
 
 def test_the_defaults_the_table_states_are_the_code_s() -> None:
-    from llamaspec.engine import vulkan_headers
+    from llamaspec.engine.vulkan import headers as vulkan_headers
     from llamaspec.images import specs
     from llamaspec.maint import bump
     from llamaspec.proof import smoke
