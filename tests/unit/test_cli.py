@@ -126,7 +126,7 @@ def test_inputs_are_checked_before_tools_are_looked_for(
 def test_gpu_acceptance_of_one_engine_keeps_the_other_engines_rows(tmp_path: Path) -> None:
     import json
 
-    from llamaspec.cli import gpu
+    from llamaspec.maint import gpu_acceptance as gpu
 
     summary = tmp_path / "gpu-acceptance-x.json"
     rows = [
