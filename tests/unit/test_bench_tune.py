@@ -402,18 +402,18 @@ def test_a_candidate_that_fails_the_fast_check_is_refused_and_never_timed(
 def test_bench_server_args_go_to_both_servers_and_must_be_known(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from llamaspec.cli import bench as cli_bench
     from llamaspec.engine.artifact import Artifact
     from llamaspec.models import dialects
+    from llamaspec.perf import bench_plans
 
     monkeypatch.setattr(dialects, "server_help", lambda _b: "-fa, --flash-attn [on|off]\n")
     art = Artifact("llamacpp-cpu-0123456789ab", tmp_path, {}, False)
     plan = bench.BenchPlan("r", ("-m", "t.gguf"), ("--spec-type", "ngram-mod"), ("ngram-mod",),
                            tmp_path / "t.gguf", None, 17)  # fmt: skip
-    out = cli_bench._with_server_args(plan, ["-fa", "off"], art)
+    out = bench_plans.with_server_args(plan, ["-fa", "off"], art)
     assert out.plain_args == ("-m", "t.gguf", "-fa", "off") and out.spec_args == plan.spec_args
     with pytest.raises(LlamaspecError, match="has no option -fx. Did you mean '-fa'"):
-        cli_bench._with_server_args(plan, ["-fx", "off"], art)
+        bench_plans.with_server_args(plan, ["-fx", "off"], art)
 
 
 def test_host_bandwidth_bounds_only_a_cpu_report() -> None:

@@ -126,7 +126,7 @@ def test_inputs_are_checked_before_tools_are_looked_for(
 def test_gpu_acceptance_of_one_engine_keeps_the_other_engines_rows(tmp_path: Path) -> None:
     import json
 
-    from llamaspec.cli import gpu
+    from llamaspec.maint import gpu_acceptance as gpu
 
     summary = tmp_path / "gpu-acceptance-x.json"
     rows = [
@@ -140,6 +140,41 @@ def test_gpu_acceptance_of_one_engine_keeps_the_other_engines_rows(tmp_path: Pat
     summary.write_text("{not json")
     assert gpu.kept_from(summary, ["llama.cpp"]) == ([], {})
     assert gpu.kept_from(tmp_path / "none.json", ["llama.cpp"]) == ([], {})
+
+
+def test_gpu_acceptance_runs_each_step_as_a_llamaspec_child_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import json
+    import os
+
+    from rich.console import Console
+
+    from llamaspec.errors import LlamaspecError
+    from llamaspec.maint import gpu_acceptance as gpu
+
+    smi = tmp_path / "bin" / "nvidia-smi"  # a GPU as nvidia-smi describes one
+    smi.parent.mkdir()
+    smi.write_text(
+        '#!/bin/sh\ncase "$*" in *driver_version*) echo 999.1;; *) echo "Fake GPU, 9.0";; esac\n'
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    reports = tmp_path / "reports"
+    # --source local without --source-dir: the build step's own process refuses it at once
+    request = gpu.Request(("llama.cpp",), tmp_path / "dist", reports, source="local")
+    with pytest.raises(LlamaspecError, match="1 of 1 steps failed"):
+        gpu.run(request, Console())
+    record = json.loads((reports / "gpu-acceptance-fake-gpu.json").read_text())
+    assert record["gpus"] == ["Fake GPU, 9.0"] and record["driver"] == "999.1"
+    [row] = record["steps"]
+    assert row["step"] == "llama.cpp: build and smoke" and row["exit"] == 2
+    assert row["argv"][:3] == ["build", "--backend", "cuda"] and row["argv"][-1] == "llama.cpp"
+    md = (reports / "gpu-acceptance-fake-gpu.md").read_text()
+    assert "| llama.cpp: build and smoke | 2 |" in md and "none built" in md
+    out, err = capfd.readouterr()  # the child wrote to this process's stdout and stderr
+    assert "gpu-acceptance: llama.cpp: build and smoke: llamaspec build" in out
+    assert "--source local needs --source-dir" in err
 
 
 def test_every_command_help_ends_with_examples_that_parse() -> None:
@@ -157,6 +192,34 @@ def test_every_command_help_ends_with_examples_that_parse() -> None:
             argv = shlex.split(line)
             assert argv[0] == "llamaspec" and argv[1 : 1 + len(name.split())] == name.split()
             parser.parse_args(argv[1:])  # SystemExit on anything the parser refuses
+
+
+def test_every_command_has_one_handler_and_main_only_calls_it() -> None:
+    """Each command (and subcommand) parser names its handler; `main` dispatches on nothing
+    else, and no module imports `cli.main` to run a command in-process."""
+    import argparse
+    import inspect
+
+    import llamaspec
+    from llamaspec.cli import examples
+    from llamaspec.cli.main import main, make_parser
+
+    for path, sub in examples.parsers(make_parser()):
+        groups = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        handler = sub._defaults.get("handler")
+        assert groups or callable(handler), f"llamaspec {' '.join(path)} has no handler"
+        if handler is not None:
+            assert handler.__name__ == "cmd_" + "_".join(path).replace("-", "_"), path
+    source = inspect.getsource(main)
+    assert "args.handler(args, console)" in source and "args.command" not in source
+    src = Path(llamaspec.__file__).parent
+    importers = sorted(
+        p.relative_to(src).as_posix()
+        for p in src.rglob("*.py")
+        if "llamaspec.cli.main import" in p.read_text()
+        or "from llamaspec.cli import main" in p.read_text()
+    )
+    assert importers == ["cli/__init__.py", "cli/__main__.py", "cli/reference.py"]
 
 
 def test_top_level_help_lists_users_commands_and_names_the_maintainers() -> None:

@@ -1,4 +1,9 @@
-"""The `llamaspec` command line: parsers and dispatch only; the noxfile calls the same entry.
+"""The `llamaspec` command line: parsers and one handler per command; the noxfile calls the
+same entry.
+
+Each command's parser sets `handler` (`set_defaults(handler=cmd_...)`), a function of the
+parsed arguments and the console that calls the one stage function the command runs and
+prints its result; `main` parses, sets up the console and errors, and calls it.
 
 May import anything below it. Stage modules are imported lazily, inside the command that
 needs them, so `llamaspec --help` stays fast.

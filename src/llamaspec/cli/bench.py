@@ -14,9 +14,6 @@ from llamaspec.paths import default_out
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from llamaspec.engine.artifact import Artifact
-    from llamaspec.perf.bench import BenchPlan
-
 DEFAULT_RECIPE = "gemma3-270m-ngram"
 
 
@@ -79,6 +76,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="one more llama-server argument for both servers (repeatable; write values as "
         "--server-arg=-fa --server-arg=off); the report's name gains them",
     )
+    b.set_defaults(handler=cmd_bench)
     t = sub.add_parser("tune", help="sweep spec types and knobs; write the fastest as a recipe")
     t.add_argument("recipe", nargs="?", default=DEFAULT_RECIPE, help="the recipe to start from")
     _common(t)
@@ -93,9 +91,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="try at most N candidates (in order)",
     )
+    t.set_defaults(handler=cmd_tune)
     bb = sub.add_parser("bench-build", help="cold build time: llamaspec vs plain cmake")
     shared.add_artifact_args(bb)
     bb.add_argument("--reports", type=Path, default=default_out("reports"))
+    bb.set_defaults(handler=cmd_bench_build)
     br = sub.add_parser(
         "bench-reproducible",
         help="two clean builds of a portable artifact, without and with llamaspec's "
@@ -114,6 +114,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="compare the artifact's existing build with the cold second build instead of "
         "building it cold again first (one cold build instead of two)",
     )
+    br.set_defaults(handler=cmd_bench_reproducible)
     bp = sub.add_parser(
         "bench-portable",
         help="a portable build vs a native one of the same pin: both under an emulated "
@@ -129,61 +130,73 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     bp.add_argument("--model", type=Path, help="a GGUF (default: the embedded Gemma 3 270M)")
     bp.add_argument("--rounds", type=shared.positive, default=3, help="alternating rounds")
     bp.add_argument("--reports", type=Path, default=default_out("reports"))
+    bp.set_defaults(handler=cmd_bench_portable)
 
 
-def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command not in ("bench", "bench-build", "bench-reproducible", "bench-portable", "tune"):
-        return False
+def cmd_bench_portable(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.engine.artifact import load_artifact
+    from llamaspec.models.embedded import embedded_model
+    from llamaspec.perf.portable import bench_portable
+
     artifact = shared.load_artifact(args)
-    if args.command == "bench-portable":
-        from llamaspec.engine.artifact import load_artifact
-        from llamaspec.models.embedded import embedded_model
-        from llamaspec.perf.portable import bench_portable
+    native = load_artifact(args.dist, args.native)
+    model = args.model or embedded_model(console.print)
+    bench_portable(artifact, native, model, args.reports, console, cpu=args.cpu, rounds=args.rounds)
 
-        native = load_artifact(args.dist, args.native)
-        model = args.model or embedded_model(console.print)
-        bench_portable(
-            artifact, native, model, args.reports, console, cpu=args.cpu, rounds=args.rounds
-        )
-        return True
-    if args.command == "bench-reproducible":
-        from llamaspec.maint.repro_bench import bench_reproducible
 
-        bench_reproducible(
-            artifact, args.reports, console, plain=not args.no_baseline, cold=not args.reuse_build
-        )
-        return True
-    if args.command == "bench-build":
-        from llamaspec.maint.build_bench import bench_build
+def cmd_bench_reproducible(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.maint.repro_bench import bench_reproducible
 
-        bench_build(artifact, args.dist, args.reports, console)
-        return True
-    from llamaspec.perf import workloads
+    artifact = shared.load_artifact(args)
+    bench_reproducible(
+        artifact, args.reports, console, plain=not args.no_baseline, cold=not args.reuse_build
+    )
 
+
+def cmd_bench_build(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.maint.build_bench import bench_build
+
+    artifact = shared.load_artifact(args)
+    bench_build(artifact, args.dist, args.reports, console)
+
+
+def cmd_tune(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.perf import tune, workloads
+
+    artifact = shared.load_artifact(args)
     chosen = workloads.select(args.workload)  # unknown names fail before anything starts
-    if args.command == "tune":
-        from llamaspec.perf import tune
+    tune.tune(
+        artifact,
+        args.recipe,
+        console,
+        budget_minutes=args.budget,
+        mix=chosen if args.workload else None,
+        out_dir=args.out,
+        reports=args.reports,
+        fresh=args.fresh,
+        max_candidates=args.candidates,
+    )
 
-        tune.tune(
-            artifact,
-            args.recipe,
-            console,
-            budget_minutes=args.budget,
-            mix=chosen if args.workload else None,
-            out_dir=args.out,
-            reports=args.reports,
-            fresh=args.fresh,
-            max_candidates=args.candidates,
-        )
-        return True
-    from llamaspec.perf import bench
 
-    p = _bench_plan(args, artifact, console)
+def cmd_bench(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.perf import bench, bench_plans, workloads
+
+    artifact = shared.load_artifact(args)
+    chosen = workloads.select(args.workload)  # unknown names fail before anything starts
+    _check_adhoc(args)
+    p = bench_plans.bench_plan(
+        artifact,
+        args.recipe or DEFAULT_RECIPE,
+        args.target,
+        args.draft,
+        args.spec,
+        args.n_max,
+        console,
+    )
     stem = None
     if args.server_arg:
-        p = _with_server_args(p, args.server_arg, artifact)
-        slug = "-".join(a.lstrip("-") for a in args.server_arg)
-        stem = f"bench-{p.name}-{artifact.id}-{''.join(c if c.isalnum() else '-' for c in slug)}"
+        p = bench_plans.with_server_args(p, args.server_arg, artifact)
+        stem = bench_plans.server_args_stem(p, args.server_arg, artifact)
     bench.bench(
         artifact,
         p,
@@ -195,50 +208,19 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         cost_model=not args.no_cost_model,
         stem=stem,
     )
-    return True
 
 
-def _with_server_args(p: BenchPlan, extra: list[str], artifact: Artifact) -> BenchPlan:
-    """`p` with `extra` on both servers; each option must be one the binary's --help lists."""
-    from dataclasses import replace
-
-    from llamaspec.errors import LlamaspecError, did_you_mean
-    from llamaspec.models import dialects
-
-    known = dialects.help_flags(dialects.server_help(artifact.server))
-    for a in extra:
-        if a.startswith("-") and not a.lstrip("-").replace(".", "").isdigit():
-            flag = a.split("=", 1)[0]
-            if flag not in known:
-                raise LlamaspecError(
-                    f"--server-arg {a}: {artifact.id}'s llama-server has no option {flag}."
-                    f"{did_you_mean(flag, sorted(known))} Pass options its --help lists, one "
-                    "word per --server-arg (e.g. --server-arg=-fa --server-arg=off)."
-                )
-    return replace(p, plain_args=(*p.plain_args, *extra))
-
-
-def _bench_plan(args: argparse.Namespace, artifact: Artifact, console: Console) -> BenchPlan:
+def _check_adhoc(args: argparse.Namespace) -> None:
+    """`--target`, `--draft` and `--spec` make an ad-hoc run: with --target, without a recipe."""
     from llamaspec.errors import LlamaspecError
-    from llamaspec.perf import tune
 
     if args.target is None and (args.draft or args.spec):
         raise LlamaspecError(
             "--draft and --spec describe an ad-hoc run and need --target FILE too (or name a "
             "recipe instead)."
         )
-    if args.target is not None:
-        if args.recipe:
-            raise LlamaspecError(
-                f"Both a recipe ({args.recipe}) and --target were given; bench either a recipe "
-                "or an ad-hoc --target FILE [--draft FILE] --spec TYPE run."
-            )
-        recipe = tune.adhoc_recipe(args.target, args.draft, args.spec, args.n_max)
-        return tune.recipe_plan(artifact, recipe, args.target, args.draft, console)
-    name = args.recipe or DEFAULT_RECIPE
-    recipe, target, draft = tune.recipe_models(name, console)
-    if args.n_max:
-        recipe = recipe.model_copy(
-            update={"spec": recipe.spec.model_copy(update={"draft_n_max": args.n_max})}
+    if args.target is not None and args.recipe:
+        raise LlamaspecError(
+            f"Both a recipe ({args.recipe}) and --target were given; bench either a recipe "
+            "or an ad-hoc --target FILE [--draft FILE] --spec TYPE run."
         )
-    return tune.recipe_plan(artifact, recipe, target, draft, console)

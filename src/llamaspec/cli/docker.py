@@ -57,10 +57,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --from-artifact: accept a GGML_NATIVE=ON artifact (runs on this CPU only)",
     )
-    b.set_defaults(engine=None, backend=None)
+    b.set_defaults(engine=None, backend=None, handler=cmd_docker_build)
     p = dsub.add_parser("pull", help="pull the image for this host and print how to run it")
     options.add(p, "engine", "backend", "pin")
-    p.set_defaults(backend=None)
+    p.set_defaults(backend=None, handler=cmd_docker_pull)
     p.add_argument(
         "--registry",
         help="registry to pull from (default: LLAMASPEC_REGISTRY, else the user config's "
@@ -80,49 +80,37 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=Path,
         help="a dist/ with the host build of the same artifact id: its files must be identical",
     )
+    s.set_defaults(handler=cmd_docker_smoke)
     pu = dsub.add_parser("push", help="push a built image's tags; print the digest to sign")
     pu.add_argument("--record", type=Path, required=True, help="JSON from `docker build --out`")
     pu.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
+    pu.set_defaults(handler=cmd_docker_push)
     bs = dsub.add_parser("build-stage", help="(inside the image) build and stage the runtime tree")
     for name in ("engine", "pin", "backend", "patches", "variants", "defines", "jobs"):
         bs.add_argument(f"--{name}", default="")
     bs.add_argument("--out", type=Path, required=True)
+    bs.set_defaults(handler=cmd_docker_build_stage)
     m = dsub.add_parser("matrix", help="engine × backend matrix as JSON (for the workflow)")
     m.add_argument("--backend", action="append", default=[])
+    m.set_defaults(handler=cmd_docker_matrix)
     bk = dsub.add_parser("bake", help="write docker/docker-bake.hcl for the matrix")
     bk.add_argument("--check", action="store_true", help="fail when the file is not current")
+    bk.set_defaults(handler=cmd_docker_bake)
     base = dsub.add_parser("base", help="make a Debian base image with debootstrap (no registry)")
     base.add_argument("--suite", default="bookworm")
     base.add_argument("--tag", **_spec(lambda s: s.BASES["cpu"][0], "image"))
+    base.set_defaults(handler=cmd_docker_base)
     sz = dsub.add_parser("size", help="size report: layers an image adds over its base")
     sz.add_argument("image")
     sz.add_argument("--base", **_spec(lambda s: s.BASES["cpu"][0], "image"))
     sz.add_argument("--reports", type=Path, default=default_out("reports"))
     sz.add_argument("--record", type=Path, help="JSON from `docker build --out` (build times)")
+    sz.set_defaults(handler=cmd_docker_size)
 
 
-def _record(path: Path) -> dict:
-    """The JSON that `docker build --out` wrote."""
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise LlamaspecError(
-            f"Cannot read the build record {path} ({err}); give the file that "
-            "`llamaspec docker build --out FILE` wrote."
-        ) from None
-    tags = record.get("tags") if isinstance(record, dict) else None
-    if not tags or not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise LlamaspecError(
-            f"{path} is not a build record (no tags); give the file that "
-            "`llamaspec docker build --out FILE` wrote."
-        )
-    return record
-
-
-def _artifact(args: argparse.Namespace, engines: dict) -> Artifact:
+def _artifact(args: argparse.Namespace) -> Artifact:
     """The artifact `--from-artifact` names, refused where the image cannot carry it."""
-    from llamaspec.engine.artifact import load_artifact
-    from llamaspec.images.artifact import check_fits
+    from llamaspec.images.artifact import for_image
 
     given = [
         flag
@@ -142,115 +130,135 @@ def _artifact(args: argparse.Namespace, engines: dict) -> Artifact:
             f"nothing in the image; drop {', '.join(given)} (or drop --from-artifact to build "
             "in the image)."
         )
-    artifact = load_artifact(args.dist, args.from_artifact)
-    if args.engine and artifact.manifest.get("engine") != args.engine:
-        raise LlamaspecError(
-            f"{artifact.id} is a {artifact.manifest.get('engine')} build, not {args.engine}; "
-            "drop --engine (the artifact's own engine is used) or name another artifact."
-        )
-    check_fits(artifact, args.backend, args.allow_native)
-    return artifact
+    return for_image(args.dist, args.from_artifact, args.engine, args.backend, args.allow_native)
 
 
-def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command != "docker":
-        return False
-    # the image modules load on use: `llamaspec --help` stays fast
+# One handler per `docker` subcommand; the image modules load on use (fast --help).
+
+
+def cmd_docker_build_stage(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.images import stage
+
+    stage.build_stage(
+        args.engine or "llama.cpp",
+        args.pin,
+        args.backend or "cpu",
+        args.patches,
+        args.variants,
+        args.defines,
+        args.jobs,
+        args.out,
+        console,
+    )
+
+
+def cmd_docker_build(args: argparse.Namespace, console: Console) -> None:
     from llamaspec import config
-    from llamaspec.images import build, registry, tools
+    from llamaspec.images import build as image_build
+    from llamaspec.images import specs as images
+    from llamaspec.images import tools
+
+    engines = config.load_engines()
+    artifact = _artifact(args) if args.from_artifact else None
+    if artifact is None:
+        spec = images.ImageSpec(
+            engine=args.engine or "llama.cpp",
+            backend=args.backend or "cpu",
+            pin=args.pin,
+            patches=tuple(images.split_list(args.patches)),
+            variants=tuple(args.variant),
+            defines=tuple(args.define),
+            registry=args.registry,
+            base_image=args.base_image,
+            build_image=args.build_image,
+        )
+    else:
+        spec = images.artifact_spec(
+            artifact.manifest,
+            engines,
+            config.load_series(),
+            args.registry,
+            args.base_image,
+            args.build_image,
+        )
+    images.validate(spec, engines)
+    tool = tools.detect(args.tool)
+    built = image_build.build_image(
+        tool, spec, console, ccache=args.ccache_dir, push=args.push, artifact=artifact
+    )
+    if args.out:
+        args.out.write_text(json.dumps(built.to_json(), indent=2) + "\n")
+
+
+def cmd_docker_pull(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.images import registry, tools
+
+    # the request is checked first: a typo is named even where no container tool runs
+    engine, backend, cuda = registry.pull_target(
+        args.engine, args.backend, args.pin, args.recipe, console
+    )
+    where, origin = registry.configured_registry(args.registry)
+    console.print(f"docker-pull: registry {where} ({origin})")
+    registry.pull(
+        tools.detect(args.tool),
+        engine,
+        backend,
+        args.pin,
+        where,
+        args.tag,
+        console,
+        args.recipe,
+        cuda,
+    )
+
+
+def cmd_docker_smoke(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.images import tools
+    from llamaspec.images.smoke import smoke_image
+
+    smoke_image(
+        tools.detect(args.tool),
+        args.image,
+        args.reports,
+        console,
+        compare_dist=args.compare_dist,
+    )
+
+
+def cmd_docker_push(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.images import registry, tools
+    from llamaspec.images.build import load_record
+
+    record = load_record(args.record)
+    ref = registry.push(tools.detect(args.tool), record["tags"])
+    # `key=value` lines: the publishing workflow appends them to $GITHUB_OUTPUT
+    print(f"ref={ref}\ndigest={ref.rsplit('@', 1)[1]}\ntag={record['tags'][0]}")
+
+
+def cmd_docker_matrix(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec import config
     from llamaspec.images import specs as images
 
-    cmd = args.docker_command
-    if cmd == "build-stage":
-        from llamaspec.images.stage import build_stage
+    engines = list(config.load_engines())
+    print(json.dumps({"include": images.matrix(engines, args.backend or images.BACKENDS)}))
 
-        build_stage(
-            args.engine or "llama.cpp",
-            args.pin,
-            args.backend or "cpu",
-            args.patches,
-            args.variants,
-            args.defines,
-            args.jobs,
-            args.out,
-            console,
-        )
-    elif cmd == "build":
-        engines = config.load_engines()
-        artifact = _artifact(args, engines) if args.from_artifact else None
-        if artifact is None:
-            spec = images.ImageSpec(
-                engine=args.engine or "llama.cpp",
-                backend=args.backend or "cpu",
-                pin=args.pin,
-                patches=tuple(images.split_list(args.patches)),
-                variants=tuple(args.variant),
-                defines=tuple(args.define),
-                registry=args.registry,
-                base_image=args.base_image,
-                build_image=args.build_image,
-            )
-        else:
-            spec = images.artifact_spec(
-                artifact.manifest,
-                engines,
-                config.load_series(),
-                args.registry,
-                args.base_image,
-                args.build_image,
-            )
-        images.validate(spec, engines)
-        tool = tools.detect(args.tool)
-        built = build.build_image(
-            tool, spec, console, ccache=args.ccache_dir, push=args.push, artifact=artifact
-        )
-        if args.out:
-            args.out.write_text(json.dumps(built.to_json(), indent=2) + "\n")
-    elif cmd == "pull":
-        # the request is checked first: a typo is named even where no container tool runs
-        engine, backend, cuda = registry.pull_target(
-            args.engine, args.backend, args.pin, args.recipe, console
-        )
-        where, origin = registry.configured_registry(args.registry)
-        console.print(f"docker-pull: registry {where} ({origin})")
-        registry.pull(
-            tools.detect(args.tool),
-            engine,
-            backend,
-            args.pin,
-            where,
-            args.tag,
-            console,
-            args.recipe,
-            cuda,
-        )
-    elif cmd == "smoke":
-        from llamaspec.images.smoke import smoke_image
 
-        smoke_image(
-            tools.detect(args.tool),
-            args.image,
-            args.reports,
-            console,
-            compare_dist=args.compare_dist,
-        )
-    elif cmd == "push":
-        record = _record(args.record)
-        ref = registry.push(tools.detect(args.tool), record["tags"])
-        # `key=value` lines: the publishing workflow appends them to $GITHUB_OUTPUT
-        print(f"ref={ref}\ndigest={ref.rsplit('@', 1)[1]}\ntag={record['tags'][0]}")
-    elif cmd == "matrix":
-        engines = list(config.load_engines())
-        print(json.dumps({"include": images.matrix(engines, args.backend or images.BACKENDS)}))
-    elif cmd == "bake":
-        build.write_bake(config.load_engines(), check=args.check, console=console)
-    elif cmd == "base":
-        from llamaspec.images.base import make_base_image
+def cmd_docker_bake(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec import config
+    from llamaspec.images import build as image_build
 
-        make_base_image(args.suite, args.tag, console)
-    elif cmd == "size":
-        from llamaspec.images.size import size_report
+    image_build.write_bake(config.load_engines(), check=args.check, console=console)
 
-        record = _record(args.record) if args.record else None
-        size_report(args.image, args.base, args.reports, console, record=record)
-    return True
+
+def cmd_docker_base(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.images.base import make_base_image
+
+    make_base_image(args.suite, args.tag, console)
+
+
+def cmd_docker_size(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.images.build import load_record
+    from llamaspec.images.size import size_report
+
+    record = load_record(args.record) if args.record else None
+    size_report(args.image, args.base, args.reports, console, record=record)

@@ -70,11 +70,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--reports", type=Path, help="where the report goes (default: reports/)")
     m.add_argument("--artifact", help="artifact id (or prefix) to measure on; default: newest")
     m.add_argument("--dist", type=Path, help="where artifacts are (default: dist/)")
+    f.set_defaults(handler=cmd_draft_find)
 
 
-def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command != "draft":
-        return False
+def cmd_draft_find(args: argparse.Namespace, console: Console) -> None:
     from rich.markup import escape
 
     from llamaspec import config
@@ -122,7 +121,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         reports = args.reports or default_out("reports")
         if not compatible:
             console.print(escape(draft_measure.ngram(found, artifact, console, reports)))
-            return True
+            return
         path = draft_measure.measure(
             found,
             artifact,
@@ -136,4 +135,3 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             f"draft measure: wrote {path} (models and pair in your models.yaml); check it with "
             f"`llamaspec verify --recipe {path.stem}`"
         )
-    return True

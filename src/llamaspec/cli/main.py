@@ -6,11 +6,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from llamaspec import __version__
 from llamaspec.cli import bench as cli_bench
-from llamaspec.cli import bump as cli_bump
+from llamaspec.cli import build as cli_build
 from llamaspec.cli import docker as cli_docker
 from llamaspec.cli import doctor as cli_doctor
 from llamaspec.cli import draft as cli_draft
@@ -21,13 +20,6 @@ from llamaspec.cli import patches as cli_patches
 from llamaspec.cli import rpc as cli_rpc
 from llamaspec.cli import verify as cli_verify
 from llamaspec.errors import LlamaspecError
-from llamaspec.paths import default_out
-
-
-def _build_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("build", help="fetch, patch, build and smoke-test llama-server")
-    options.add(p)
-
 
 # What maintainers of llamaspec (not its users) run: left out of the top-level command
 # list, listed after it, and also reachable as `llamaspec maint COMMAND`.
@@ -50,7 +42,10 @@ MAINT_HELP = (
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """The whole command line; building it imports no stage module."""
+    """The whole command line; building it imports no stage module.
+
+    Every command's parser sets `handler`, the function `main` calls with the parsed
+    arguments and the console (`set_defaults(handler=...)`)."""
     parser = argparse.ArgumentParser(
         prog="llamaspec",
         description="Build, check and run llama-server with speculative decoding.",
@@ -58,15 +53,10 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"llamaspec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _build_parser(sub)
-    s = sub.add_parser("smoke", help="smoke-test an existing artifact")
-    s.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest")
-    s.add_argument("--dist", type=Path, default=default_out("dist"))
-    sub.add_parser("engines", help="list engines and their default pins")
+    cli_build.add_parsers(sub)
     cli_verify.add_parsers(sub)
     cli_bench.add_parsers(sub)
     cli_patches.add_parsers(sub)
-    cli_bump.add_parsers(sub)
     cli_models.add_parsers(sub)
     cli_draft.add_parsers(sub)
     cli_docker.add_parsers(sub)
@@ -104,39 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.width = LOG_WIDTH  # a log keeps whole tables (rich assumes 80 columns)
     try:
         options.settle_patch_source(args)
-        if (
-            cli_verify.dispatch(args, console)
-            or cli_bench.dispatch(args, console)
-            or cli_patches.dispatch(args, console)
-            or cli_bump.dispatch(args, console)
-            or cli_models.dispatch(args, console)
-            or cli_draft.dispatch(args, console)
-            or cli_docker.dispatch(args, console)
-            or cli_doctor.dispatch(args, console)
-            or cli_gpu.dispatch(args, console)
-            or cli_rpc.dispatch(args, console)
-        ):
-            pass
-        elif args.command == "build":
-            from llamaspec.engine.pipeline import run_build
-            from llamaspec.proof.smoke import smoke_artifact
-
-            artifact = run_build(options.build_spec(args), console)
-            if not args.no_smoke:
-                smoke_artifact(artifact, console)
-        elif args.command == "smoke":
-            from llamaspec.engine.artifact import load_artifact, newest_artifact
-            from llamaspec.proof.smoke import smoke_artifact
-
-            smoke_artifact(
-                load_artifact(args.dist, args.artifact or newest_artifact(args.dist)), console
-            )
-        elif args.command == "engines":
-            from llamaspec import config
-
-            for e in config.load_engines().values():
-                mirror = f"{e.pypi.package}=={e.pypi.version}" if e.pypi else "-"
-                console.print(f"{e.name:14} {e.pin} {e.tag:16} dialect={e.dialect} pypi={mirror}")
+        args.handler(args, console)  # each command parser sets its handler
     except LlamaspecError as exc:
         # soft wrap: the terminal wraps the paragraph; paths and commands stay whole to copy
         err = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -1,4 +1,6 @@
-"""`llamaspec patches status|export|import` and `llamaspec lock`."""
+"""The maintainers' commands on the pins and the patch catalog: `llamaspec patches
+status|export|import` and `llamaspec lock` (maint/patches.py), and `llamaspec bump`
+(maint/bump_run.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import options
-from llamaspec.errors import LlamaspecError, choose
-from llamaspec.paths import project_root
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -19,110 +19,99 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     psub = p.add_subparsers(dest="patches_command", required=True)
     st = psub.add_parser("status", help="status of every catalog patch on an engine tree")
     options.add(st, *options.SOURCE)
+    st.set_defaults(handler=cmd_patches_status)
     ex = psub.add_parser("export", help="copy cached patch diffs to DIR (for air-gapped machines)")
     ex.add_argument("dir", type=Path)
+    ex.set_defaults(handler=cmd_patches_export)
     im = psub.add_parser("import", help="add diffs from a DIR written by `patches export`")
     im.add_argument("dir", type=Path)
+    im.set_defaults(handler=cmd_patches_import)
     lk = sub.add_parser("lock", help="resolve short SHAs and PR heads into llamaspec.lock")
     options.add_mirrors(lk)
+    lk.set_defaults(handler=cmd_lock)
+    _bump_parser(sub)
 
 
-def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command == "lock":
-        run_lock(args, console)
-        return True
-    if args.command != "patches":
-        return False
+def cmd_lock(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.maint import patches
+
+    patches.relock(args.patch_source, console)
+
+
+def cmd_patches_export(args: argparse.Namespace, console: Console) -> None:
     from llamaspec import config
     from llamaspec.engine import patch_sources as patchsrc
 
-    engines = config.load_engines()
-    if args.patches_command == "export":
-        n = patchsrc.export_diffs(list(engines), args.dir)
-        console.print(f"patches: exported {n} cached diffs to {args.dir}")
-    elif args.patches_command == "import":
-        n = patchsrc.import_diffs(args.dir)
-        console.print(f"patches: imported {n} diffs into the cache")
-    else:
-        status(args, engines, console)
-    return True
+    n = patchsrc.export_diffs(list(config.load_engines()), args.dir)
+    console.print(f"patches: exported {n} cached diffs to {args.dir}")
 
 
-def status(args: argparse.Namespace, engines: dict, console: Console) -> None:
-    from rich.table import Table
-
-    from llamaspec import config
-    from llamaspec import lock as lockfile
-    from llamaspec.engine import patch_queue as patches
-    from llamaspec.engine import sources
-
-    engine = engines[choose("engine", args.engine, engines)]
-    root = project_root()
-    lock = lockfile.load(root)
-    tree = sources.fetch(engine, args.pin, args.source, args.source_dir, console.print)
-    table = Table(title=f"patches on {engine.name}@{tree.short} ({tree.origin})")
-    for col in ("id", "PR", "state", "default", "status", "note"):
-        table.add_column(col, overflow="fold")
-    unusable: list[str] = []
-    series = config.load_series(root)
-    by_id = {e.id: e for e in series}
-    for j in patches.judge_series(
-        series, tree, engine, lock, root, args.patch_source, console.print
-    ):
-        entry = by_id[j.id]
-        pr = f"#{entry.upstream.pr}" if entry.upstream else "-"
-        plain = j.basis == "content" and not j.note.startswith("applies after")
-        state, note = j.status, entry.notes[:60] if plain else j.note
-        if j.status == "error":
-            unusable.append(f"{entry.id}: {j.note}")
-        table.add_row(entry.id, pr, entry.state, "on" if entry.default else "off", state, note)
-    console.print(table)
-    from llamaspec.proof.defects import defects_for
-
-    for d in defects_for({"engine": engine.name, "commit": tree.commit, "patches": []}):
-        console.print(f"defect at {tree.short}: {d.describe()}")
-    if unusable:
-        raise LlamaspecError(
-            f"{len(unusable)} catalog patch(es) for {engine.name} cannot be applied as written: "
-            + " ".join(unusable)
-        )
-
-
-def run_lock(args: argparse.Namespace, console: Console) -> None:
-    from llamaspec import config
-    from llamaspec import lock as lockfile
+def cmd_patches_import(args: argparse.Namespace, console: Console) -> None:
     from llamaspec.engine import patch_sources as patchsrc
 
-    root = project_root()
-    engines = config.load_engines(root)
-    mirrors = {}
-    for item in args.patch_source:
-        name, _, where = item.partition("=")
-        if not where:
-            raise LlamaspecError(f"--patch-source {item!r}: write it as ENGINE=DIR|URL.")
-        mirrors[choose("engine", name, engines)] = where
-    lock = lockfile.load(root)
-    lock["engines"] = {name: e.pin for name, e in engines.items()}
-    failed: list[str] = []
-    for entry in config.load_series(root):
-        engine = engines[entry.engine]
-        src = mirrors.get(entry.engine)
-        try:
-            commits = patchsrc.resolve_entry(entry, engine, src)
-            if commits is None:
-                continue
-            lock["patches"][entry.id] = commits
-            console.print(f"lock: {entry.id}: {len(commits)} commit(s), head {commits[-1][:12]}")
-        except patchsrc.NeedsMirror as exc:  # expected without a mirror: keep what was there
-            lock["patches"].setdefault(entry.id, [])
-            console.print(f"lock: {entry.id}: unresolved — {exc.message}")
-        except LlamaspecError as exc:
-            failed.append(f"{entry.id}: {exc.message}")
-            console.print(f"lock: {entry.id}: FAILED — {exc.message}")
-    console.print(f"lock: wrote {lockfile.save(root, lock)}")
-    if failed:
-        raise LlamaspecError(
-            f"{len(failed)} lock entr{'y' if len(failed) == 1 else 'ies'} could not be "
-            "resolved (the others were written; a failed entry keeps its previous value): "
-            + " ".join(failed)
-        )
+    n = patchsrc.import_diffs(args.dir)
+    console.print(f"patches: imported {n} diffs into the cache")
+
+
+def cmd_patches_status(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.maint import patches
+
+    patches.status(args.engine, args.pin, args.source, args.source_dir, args.patch_source, console)
+
+
+def _bump_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bump",
+        help="move an engine's pin to a newer commit: re-judge the patch queue, optionally "
+        "build, smoke and verify; update engines.yaml and llamaspec.lock when all pass",
+    )
+    p.add_argument(
+        "--engine", required=True, type=options.non_empty, help="llama.cpp or ik_llama.cpp"
+    )
+    p.add_argument(
+        "--to",
+        default="latest",
+        metavar="SHA|latest",
+        help="the candidate commit: `latest` (default: the remote's or mirror's HEAD; for "
+        "engines pinned at releases, the newest release) or a SHA (abbreviated needs a mirror)",
+    )
+    p.add_argument(
+        "--source-dir",
+        type=Path,
+        metavar="DIR",
+        help="a clone or mirror of the engine with history (bare or not) instead of the remote",
+    )
+    p.add_argument(
+        "--build", action="store_true", help="also build, smoke-test and verify the candidate"
+    )
+    p.add_argument(
+        "--allow-downgrade",
+        action="store_true",
+        help="accept a candidate older than the current pin (or on another branch)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="judge and write the report; change no other file"
+    )
+    p.add_argument(
+        "--reports", type=Path, metavar="DIR", help="where the report goes (default: reports/)"
+    )
+    options.add(p, "patch_source", "dist", "jobs")
+    p.set_defaults(handler=cmd_bump)
+
+
+def cmd_bump(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.maint import bump_run
+
+    request = bump_run.Request(
+        engine=args.engine,
+        to=args.to,
+        source_dir=args.source_dir,
+        build=args.build,
+        allow_downgrade=args.allow_downgrade,
+        dry_run=args.dry_run,
+        reports=args.reports,
+        patch_source=args.patch_source,
+        dist=args.dist,
+        jobs=args.jobs,
+    )
+    bump_run.run(request, console)

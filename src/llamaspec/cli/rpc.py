@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +40,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="allow --host 0.0.0.0 or :: (every network this machine is on can reach it)",
     )
     s.add_argument("--dry-run", action="store_true", help="print the command, do not run it")
+    s.set_defaults(handler=cmd_rpc_serve)
     c = rs.add_parser(
         "check", help="check that rpc hosts answer and speak the artifact's protocol version"
     )
@@ -49,6 +48,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest rpc one")
     c.add_argument("--dist", type=Path, default=default_out("dist"))
     c.add_argument("--timeout", type=float, default=5.0, help="seconds per host (default 5)")
+    c.set_defaults(handler=cmd_rpc_check)
     st = rs.add_parser(
         "study",
         help="measure plain and speculative tok/s per placement across two network "
@@ -67,62 +67,39 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--mbit", type=float, default=1000.0, help="link cap, Mbit/s (0: none)")
     st.add_argument("--n-predict", type=int, default=48, help="tokens per run (default 48)")
     st.add_argument("--n-max", type=int, default=8, help="draft length (default 8)")
+    st.set_defaults(handler=cmd_rpc_study)
 
 
-def _artifact(args: argparse.Namespace):
-    from llamaspec.engine.artifact import load_artifact, newest_artifact
-    from llamaspec.errors import LlamaspecError
-
-    if args.artifact:
-        return load_artifact(args.dist, args.artifact)
-    ids = sorted(
-        (p for p in args.dist.glob("*/manifest.json") if (p.parent / "bin").is_dir()),
-        key=lambda p: p.stat().st_mtime,
-        reverse=True,
-    )
-    for manifest in ids:
-        artifact = load_artifact(args.dist, manifest.parent.name)
-        if "rpc" in (artifact.manifest.get("variants") or []):
-            return artifact
-    newest = newest_artifact(args.dist)  # says what to do when dist/ is empty
-    raise LlamaspecError(
-        f"No artifact in {args.dist} has the rpc variant (newest: {newest}); build one with "
-        "`llamaspec build --variant rpc`, or name one with --artifact."
-    )
-
-
-def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command != "rpc":
-        return False
+def cmd_rpc_check(args: argparse.Namespace, console: Console) -> None:
     from llamaspec.runtime import rpc
 
-    artifact = _artifact(args)
-    if args.rpc_command == "check":
-        versions = rpc.check_hosts(artifact, args.hosts, args.timeout)
-        for host, version in versions.items():
-            console.print(f"rpc: {host} answers, protocol {'.'.join(map(str, version))}")
-        return True
-    if args.rpc_command == "study":
-        from llamaspec.models.embedded import embedded_model
-        from llamaspec.perf import rpcstudy
+    versions = rpc.check_hosts(rpc.rpc_artifact(args.dist, args.artifact), args.hosts, args.timeout)
+    for host, version in versions.items():
+        console.print(f"rpc: {host} answers, protocol {'.'.join(map(str, version))}")
 
-        rtts = tuple(sorted(set(args.rtt or rpcstudy.RTTS_MS)))
-        if rtts[0] != 0:
-            rtts = (0.0, *rtts)  # the network term is learned at RTT 0
-        stem = f"rpc-latency-{artifact.id}"
-        report = rpcstudy.study(
-            artifact,
-            args.model or embedded_model(console.print),
-            args.reports / f"{stem}-logs",
-            console,
-            rtts=rtts,
-            mbit=args.mbit or None,
-            n_predict=args.n_predict,
-            n_max=args.n_max,
-        )
-        for path in rpcstudy.write(report, args.reports, stem):
-            console.print(f"rpc study: wrote {path}")
-        return True
+
+def cmd_rpc_study(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.perf import rpcstudy
+    from llamaspec.runtime import rpc
+
+    paths = rpcstudy.run(
+        rpc.rpc_artifact(args.dist, args.artifact),
+        args.model,
+        args.reports,
+        console,
+        rtts=args.rtt or (),
+        mbit=args.mbit or None,
+        n_predict=args.n_predict,
+        n_max=args.n_max,
+    )
+    for path in paths:
+        console.print(f"rpc study: wrote {path}")
+
+
+def cmd_rpc_serve(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.runtime import rpc
+
+    artifact = rpc.rpc_artifact(args.dist, args.artifact)
     opts = rpc.ServeOptions(
         host=args.host,
         port=args.port,
@@ -131,10 +108,4 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         cache=args.cache,
         allow_all_interfaces=args.allow_all_interfaces,
     )
-    argv = rpc.serve_argv(artifact, opts)
-    print(rpc.WARNING, file=sys.stderr, flush=True)
-    console.print("rpc serve: " + " ".join(argv))
-    if not args.dry_run:
-        sys.stdout.flush()
-        os.execv(argv[0], argv)
-    return True
+    rpc.serve(artifact, opts, console.print, dry_run=args.dry_run)

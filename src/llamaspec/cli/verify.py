@@ -93,11 +93,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="built-in models: run the parallel mode N times (timing-dependent batching)",
     )
     v.add_argument("--reports", type=Path, default=default_out("reports"))
+    v.set_defaults(handler=cmd_verify)
 
 
-def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command != "verify":
-        return False
+def cmd_verify(args: argparse.Namespace, console: Console) -> None:
     from llamaspec.models.dialects import dialect_for
     from llamaspec.proof import suite
 
@@ -151,7 +150,6 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             "both continuations and the per-token gaps at each difference."
             + (f" {known}" if known else "")
         )
-    return True
 
 
 def default_models(artifact) -> list[str]:

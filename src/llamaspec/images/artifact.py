@@ -20,7 +20,7 @@ from rich.console import Console
 
 from llamaspec import procs
 from llamaspec.engine import reproducible as repro
-from llamaspec.engine.artifact import Artifact
+from llamaspec.engine.artifact import Artifact, load_artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.images.stage import stage_runtime
 from llamaspec.images.tools import ContainerTool, attempt
@@ -48,6 +48,21 @@ def runtime_needs(tree: Path) -> dict[str, str]:
             if lib not in needs or _key(version) > _key(needs[lib]):
                 needs[lib] = version
     return needs
+
+
+def for_image(
+    dist: Path, artifact_id: str, engine: str | None, backend: str | None, allow_native: bool
+) -> Artifact:
+    """The artifact `artifact_id` in `dist`, refused where the image asked for (its
+    `engine` and `backend`, when given) cannot carry it."""
+    artifact = load_artifact(dist, artifact_id)
+    if engine and artifact.manifest.get("engine") != engine:
+        raise LlamaspecError(
+            f"{artifact.id} is a {artifact.manifest.get('engine')} build, not {engine}; "
+            "drop --engine (the artifact's own engine is used) or name another artifact."
+        )
+    check_fits(artifact, backend, allow_native)
+    return artifact
 
 
 def check_fits(artifact: Artifact, backend: str | None, allow_native: bool) -> None:

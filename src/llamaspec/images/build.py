@@ -10,6 +10,7 @@ the bake file that declares the same builds for `docker buildx bake`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -54,6 +55,24 @@ class BuiltImage:
             "tool": self.tool,
             "seconds": dict(self.seconds),
         }
+
+
+def load_record(path: Path) -> dict:
+    """The JSON that `docker build --out` wrote (`BuiltImage.to_json`)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise LlamaspecError(
+            f"Cannot read the build record {path} ({err}); give the file that "
+            "`llamaspec docker build --out FILE` wrote."
+        ) from None
+    tags = record.get("tags") if isinstance(record, dict) else None
+    if not tags or not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise LlamaspecError(
+            f"{path} is not a build record (no tags); give the file that "
+            "`llamaspec docker build --out FILE` wrote."
+        )
+    return record
 
 
 def _git(root: Path, *args: str) -> str | None:

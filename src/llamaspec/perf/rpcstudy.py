@@ -19,7 +19,7 @@ import contextlib
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -347,3 +347,36 @@ def write(report: dict, out_dir: Path, stem: str) -> list[Path]:
     paths[1].write_text(markdown(report))
     plot(report, paths[2])
     return paths
+
+
+def run(
+    artifact: Artifact,
+    model: Path | None,
+    reports: Path,
+    console: Console,
+    *,
+    rtts: Sequence[float] = (),
+    mbit: float | None = 1000.0,
+    n_predict: int = 48,
+    n_max: int = 8,
+) -> list[Path]:
+    """`rpc study`: the study at `rtts` (default RTTS_MS; 0 is always measured: the network
+    term is learned there) on `model` (default: the embedded one), written under `reports`
+    as rpc-latency-<artifact>.{json,md,png} with its logs beside them."""
+    from llamaspec.models.embedded import embedded_model
+
+    chosen = tuple(sorted(set(rtts or RTTS_MS)))
+    if chosen[0] != 0:
+        chosen = (0.0, *chosen)  # the network term is learned at RTT 0
+    stem = f"rpc-latency-{artifact.id}"
+    report = study(
+        artifact,
+        model or embedded_model(console.print),
+        reports / f"{stem}-logs",
+        console,
+        rtts=chosen,
+        mbit=mbit,
+        n_predict=n_predict,
+        n_max=n_max,
+    )
+    return write(report, reports, stem)

@@ -17,8 +17,9 @@ import os
 import socket
 import struct
 import subprocess
+import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +99,42 @@ def serve_argv(artifact: Artifact, opts: ServeOptions) -> list[str]:
     if opts.cache:
         argv.append("-c")
     return argv
+
+
+def serve(
+    artifact: Artifact, opts: ServeOptions, say: Callable[[str], None], dry_run: bool = False
+) -> None:
+    """`rpc serve`: the WARNING on stderr, the command through `say`, then become the
+    rpc-server (foreground); with `dry_run`, only the first two."""
+    argv = serve_argv(artifact, opts)
+    print(WARNING, file=sys.stderr, flush=True)
+    say("rpc serve: " + " ".join(argv))
+    if not dry_run:
+        sys.stdout.flush()
+        os.execv(argv[0], argv)
+
+
+def rpc_artifact(dist: Path, artifact_id: str | None = None) -> Artifact:
+    """The artifact `artifact_id` names in `dist`, else the newest one there built with the
+    rpc variant (its rpc-server is what `rpc serve`, `check` and `study` use)."""
+    from llamaspec.engine.artifact import load_artifact, newest_artifact
+
+    if artifact_id:
+        return load_artifact(dist, artifact_id)
+    ids = sorted(
+        (p for p in dist.glob("*/manifest.json") if (p.parent / "bin").is_dir()),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for manifest in ids:
+        artifact = load_artifact(dist, manifest.parent.name)
+        if "rpc" in (artifact.manifest.get("variants") or []):
+            return artifact
+    newest = newest_artifact(dist)  # says what to do when dist/ is empty
+    raise LlamaspecError(
+        f"No artifact in {dist} has the rpc variant (newest: {newest}); build one with "
+        "`llamaspec build --variant rpc`, or name one with --artifact."
+    )
 
 
 def probe(endpoint: str, timeout: float = PROBE_TIMEOUT) -> Version:

@@ -1,20 +1,17 @@
 """`llamaspec bump`: move an engine's pin forward, re-judging the patch queue on the way.
 
-The plan (resolve, fetch, judge) is the engine stage's (maint/bump.py), as are the report
-(maint/bump_report.py) and the pin edit (maint/pin_edit.py); with --build the candidate is
-built by the pipeline, smoke-tested and checked by verify's fast check here, where both stages
-may be imported. engines.yaml and llamaspec.lock change only when every step asked for
-passed; the report under reports/ is written either way.
+The plan (resolve, fetch, judge) is maint/bump.py's, as are the report (maint/bump_report.py)
+and the pin edit (maint/pin_edit.py); with --build the candidate is built by the pipeline,
+smoke-tested and checked by verify's fast check here. engines.yaml and llamaspec.lock change
+only when every step asked for passed; the report under reports/ is written either way.
 """
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llamaspec.cli import options
 from llamaspec.errors import LlamaspecError, choose
 
 if TYPE_CHECKING:
@@ -23,68 +20,45 @@ if TYPE_CHECKING:
     from llamaspec.maint import bump, bump_report
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "bump",
-        help="move an engine's pin to a newer commit: re-judge the patch queue, optionally "
-        "build, smoke and verify; update engines.yaml and llamaspec.lock when all pass",
-    )
-    p.add_argument(
-        "--engine", required=True, type=options.non_empty, help="llama.cpp or ik_llama.cpp"
-    )
-    p.add_argument(
-        "--to",
-        default="latest",
-        metavar="SHA|latest",
-        help="the candidate commit: `latest` (default: the remote's or mirror's HEAD; for "
-        "engines pinned at releases, the newest release) or a SHA (abbreviated needs a mirror)",
-    )
-    p.add_argument(
-        "--source-dir",
-        type=Path,
-        metavar="DIR",
-        help="a clone or mirror of the engine with history (bare or not) instead of the remote",
-    )
-    p.add_argument(
-        "--build", action="store_true", help="also build, smoke-test and verify the candidate"
-    )
-    p.add_argument(
-        "--allow-downgrade",
-        action="store_true",
-        help="accept a candidate older than the current pin (or on another branch)",
-    )
-    p.add_argument(
-        "--dry-run", action="store_true", help="judge and write the report; change no other file"
-    )
-    p.add_argument(
-        "--reports", type=Path, metavar="DIR", help="where the report goes (default: reports/)"
-    )
-    options.add(p, "patch_source", "dist", "jobs")
+@dataclass(frozen=True)
+class Request:
+    """What a bump asks for (the `llamaspec bump` options)."""
+
+    engine: str
+    to: str = "latest"  # a SHA, or `latest`
+    source_dir: Path | None = None  # a clone or mirror with history instead of the remote
+    build: bool = False  # also build, smoke-test and verify the candidate
+    allow_downgrade: bool = False
+    dry_run: bool = False
+    reports: Path | None = None  # default: reports/ in the project
+    patch_source: str | None = None
+    dist: Path = field(default_factory=lambda: Path("dist"))
+    jobs: int | None = None
 
 
-def dispatch(args: argparse.Namespace, console: Console) -> bool:
-    if args.command != "bump":
-        return False
-    run(args, console)
-    return True
-
-
-def run(args: argparse.Namespace, console: Console) -> None:
+def run(request: Request, console: Console) -> None:
+    """Judge the candidate pin (and with `build`, prove it); edit the pin when all pass."""
     from llamaspec import config
     from llamaspec.maint import bump, bump_report, pin_edit
     from llamaspec.paths import project_root
 
     root = project_root()
     engines = config.load_engines(root)
-    engine = engines[choose("engine", args.engine, engines)]
-    bump.check_to(args.to)
-    if args.build:
+    engine = engines[choose("engine", request.engine, engines)]
+    bump.check_to(request.to)
+    if request.build:
         from llamaspec.engine.artifact import check_dist
 
-        check_dist(args.dist)
+        check_dist(request.dist)
     say = console.print
     plan = bump.plan(
-        engine, args.to, args.source_dir, args.patch_source, args.allow_downgrade, root, say
+        engine,
+        request.to,
+        request.source_dir,
+        request.patch_source,
+        request.allow_downgrade,
+        root,
+        say,
     )
     if plan.direction == "same":
         say(f"bump: {engine.name} is already at {engine.pin[:12]} ({plan.how}); nothing to do")
@@ -98,9 +72,9 @@ def run(args: argparse.Namespace, console: Console) -> None:
     problems = plan.blocking
     if problems:
         out.reason = f"the patch queue does not hold at {plan.new.short}: " + "; ".join(problems)
-    elif args.build:
+    elif request.build:
         out.built = True
-        out.reason = _prove(plan, args, console, out)
+        out.reason = _prove(plan, request, console, out)
         if out.dialect and out.dialect != plan.candidate.dialect:
             say(f"bump: the candidate speaks the {out.dialect!r} dialect (was {engine.dialect!r})")
             plan = replace(
@@ -109,12 +83,12 @@ def run(args: argparse.Namespace, console: Console) -> None:
     say(f"pypi: {out.pypi.line}")
     if out.reason:
         out.status = "refused"
-    elif args.dry_run:
+    elif request.dry_run:
         out.status = "dry-run"
     else:
         out.status = "updated"
         out.changed = ["engines.yaml", "llamaspec.lock"]
-    reports = args.reports or root / "reports"
+    reports = request.reports or root / "reports"
     md, js = bump_report.write_report(reports, plan, out)
     say(f"bump: report {_shown(md)} (and {js.name})")
     if out.status == "refused":
@@ -178,9 +152,7 @@ def _print_plan(plan: bump.Plan, console: Console) -> None:
         console.print(f"bump: {label}: {', '.join(plan.ids(key)) or 'none'}")
 
 
-def _prove(
-    plan: bump.Plan, args: argparse.Namespace, console: Console, out: bump_report.Outcome
-) -> str:
+def _prove(plan: bump.Plan, request: Request, console: Console, out: bump_report.Outcome) -> str:
     """Build, smoke and verify the candidate; the first failure, as one line ("" if none)."""
     from llamaspec.engine.pipeline import BuildSpec, run_build
     from llamaspec.models.dialects import probe_dialect, server_help
@@ -193,8 +165,8 @@ def _prove(
         pin=plan.new.commit,
         source="local" if plan.mirror else "git",
         source_dir=plan.mirror,
-        dist=args.dist,
-        jobs=args.jobs,
+        dist=request.dist,
+        jobs=request.jobs,
         patch_source=plan.patch_source,
     )
     artifact = None

@@ -1,0 +1,49 @@
+"""`llamaspec build`, `smoke` and `engines`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from llamaspec.cli import options
+from llamaspec.paths import default_out
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("build", help="fetch, patch, build and smoke-test llama-server")
+    options.add(p)
+    p.set_defaults(handler=cmd_build)
+    s = sub.add_parser("smoke", help="smoke-test an existing artifact")
+    s.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest")
+    s.add_argument("--dist", type=Path, default=default_out("dist"))
+    s.set_defaults(handler=cmd_smoke)
+    e = sub.add_parser("engines", help="list engines and their default pins")
+    e.set_defaults(handler=cmd_engines)
+
+
+def cmd_build(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.engine.pipeline import run_build
+    from llamaspec.proof.smoke import smoke_artifact
+
+    artifact = run_build(options.build_spec(args), console)
+    if not args.no_smoke:
+        smoke_artifact(artifact, console)
+
+
+def cmd_smoke(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.engine.artifact import load_artifact, newest_artifact
+    from llamaspec.proof.smoke import smoke_artifact
+
+    smoke_artifact(load_artifact(args.dist, args.artifact or newest_artifact(args.dist)), console)
+
+
+def cmd_engines(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec import config
+
+    for e in config.load_engines().values():
+        mirror = f"{e.pypi.package}=={e.pypi.version}" if e.pypi else "-"
+        console.print(f"{e.name:14} {e.pin} {e.tag:16} dialect={e.dialect} pypi={mirror}")
