@@ -33,9 +33,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace, console: Console) -> None:
-    from llamaspec.engine import preflight
+    from llamaspec.engine.doctor import doctor
 
-    preflight.doctor(
+    doctor(
         options.build_spec(args, backend="cpu"),  # each backend's spec is made from this one
         args.backend,
         console,
