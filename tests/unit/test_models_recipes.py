@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -63,6 +64,59 @@ def test_different_add_bos_and_vocab_type_are_refused(tmp_path: Path) -> None:
     assert set(_failed(v)) == {"vocab type", "add BOS"}
 
 
+def test_missing_special_token_keys_take_the_engines_defaults(tmp_path: Path) -> None:
+    """A header without add_bos/add_eos or the BOS/EOS ids is loaded with the engine's
+    defaults for its vocab type (llama: add BOS 1, no EOS), so it matches a header that
+    writes the same values out."""
+    silent = _info(tmp_path, "t", vocab(300), bos=None, eos=None, add_bos=None, add_eos=None)
+    explicit = _info(tmp_path, "d", vocab(300))  # llama: bos 1, eos 2, add_bos, no add_eos
+    v = compat.check(silent, explicit)
+    assert v.ok, _failed(v)
+    details = {r.name: r.detail for r in v.rules}
+    assert details["add BOS"] == "add_bos_token: target True (engine default) vs draft True"
+    assert details["BOS id"] == "bos_token_id: target 1 (engine default) vs draft 1"
+    # the defaults are the engine's, not "anything goes": a draft that adds no BOS is refused
+    no_bos = _info(tmp_path, "n", vocab(300), add_bos=False)
+    assert set(_failed(compat.check(silent, no_bos))) == {"add BOS"}
+    assert compat.check(no_bos, silent).failed[0].detail == (
+        "add_bos_token: target False vs draft True (engine default)"
+    )
+
+
+def test_gpt2_and_whitespace_are_one_vocab_type_for_the_engine(tmp_path: Path) -> None:
+    """llama-vocab.cpp maps gpt2, whitespace, hybriddna and gemma4 all to the BPE type,
+    and the engine compares types; llama (SPM) against gpt2 (BPE) still differs."""
+    gpt2 = _info(tmp_path, "g", vocab(300), model="gpt2", bos=None, eos=None, add_bos=None)
+    ws = _info(tmp_path, "w", vocab(300), model="whitespace", add_bos=False)
+    v = compat.check(gpt2, ws)
+    assert v.ok, _failed(v)
+    assert "'gpt2' (BPE) vs draft 'whitespace' (BPE)" in v.rules[0].detail
+    spm = compat.check(_info(tmp_path, "l", vocab(300)), gpt2)
+    assert "vocab type" in _failed(spm)
+
+
+def test_bpe_defaults_follow_the_pre_tokenizer(tmp_path: Path) -> None:
+    """BPE adds no BOS by default, except after pre-tokenizers such as llama-bpe; the
+    default BOS id (11) is dropped when it lies outside the vocab; Gemma 4 always adds BOS."""
+    silent = {"bos": None, "eos": None, "add_bos": None, "add_eos": None}
+    llama3 = compat.engine_vocab(
+        _info(tmp_path, "a", vocab(300), model="gpt2", pre="llama-bpe", **silent)
+    )
+    assert (llama3.type, llama3.add_bos, llama3.bos, llama3.add_eos) == ("BPE", True, 11, False)
+    qwen = compat.engine_vocab(
+        _info(tmp_path, "b", vocab(300), model="gpt2", pre="qwen2", **silent)
+    )
+    assert (qwen.add_bos, qwen.eos) == (False, 11)
+    glm = compat.engine_vocab(_info(tmp_path, "c", vocab(300), model="gpt2", pre="glm4", **silent))
+    assert glm.bos is None
+    tiny = compat.engine_vocab(_info(tmp_path, "d", vocab(8), model="gpt2", **silent))
+    assert tiny.bos is None and tiny.eos is None  # 11 is not a token of an 8-token vocab
+    gemma4 = compat.engine_vocab(_info(tmp_path, "e", vocab(300), model="gemma4", add_bos=False))
+    assert gemma4.type == "BPE" and gemma4.add_bos is True
+    t5 = compat.engine_vocab(_info(tmp_path, "f", vocab(300), model="t5", **silent))
+    assert (t5.type, t5.add_bos, t5.add_eos, t5.eos) == ("UGM", False, True, 1)
+
+
 def test_token_text_at_id_7_differs(tmp_path: Path) -> None:
     v = compat.check(
         _info(tmp_path, "t", vocab(300)), _info(tmp_path, "d", vocab(300, change={7: "other"}))
@@ -97,16 +151,48 @@ def test_header_reader_fetches_more_until_the_metadata_ends(
 ) -> None:
     data = write_gguf(tmp_path / "w.gguf", vocab(20000), payload_bytes=1 << 20).read_bytes()
     asked: list[int] = []
+    ranges: list[tuple[int, int]] = []
 
-    def fetch(n: int) -> bytes:
-        asked.append(n)
-        return data[:n]
+    def fetch(start: int, end: int) -> bytes:
+        asked.append(end)
+        ranges.append((start, end))
+        return data[start:end]
 
     monkeypatch.setattr(compat, "FIRST_READ", 64 << 10)
     info = compat.read_header(fetch, len(data), "remote")
     assert info.n_vocab == 20000
     assert asked == [64 << 10, 256 << 10, 1 << 20]  # 4x more each time the metadata runs on
     assert asked[-1] < len(data)
+    # each growth fetches only the bytes after those already read
+    assert ranges == [(0, 64 << 10), (64 << 10, 256 << 10), (256 << 10, 1 << 20)]
+
+
+def test_a_growing_header_read_fetches_each_byte_once_and_stops_at_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 9.2 MB header cost 21 MB when each growth re-read from byte 0 (4 MiB, then 16 MiB);
+    now the second read asks only for the missing tail, and nothing is read past the cap."""
+    data = write_gguf(tmp_path / "w.gguf", vocab(20000), payload_bytes=1 << 20).read_bytes()
+    header = len(data) - (1 << 20)  # the metadata, before the payload
+    sent: list[tuple[int, int]] = []
+
+    def fetch(start: int, end: int) -> bytes:
+        sent.append((start, end))
+        return data[start:end]
+
+    first = header // 2 + 1  # as 4 MiB is to a 9.2 MB header: one growth is needed
+    monkeypatch.setattr(compat, "FIRST_READ", first)
+    assert compat.read_header(fetch, len(data), "remote").n_vocab == 20000
+    assert sent == [(0, first), (first, first * 4)]
+    assert sum(end - start for start, end in sent) == first * 4  # was first + first * 4
+    # a header longer than the cap: the reads stop there, each byte read once
+    sent.clear()
+    monkeypatch.setattr(compat, "MAX_HEADER", header // 3)
+    monkeypatch.setattr(compat, "FIRST_READ", header // 12)
+    with pytest.raises(LlamaspecError, match="does not end within"):
+        compat.read_header(fetch, len(data), "remote")
+    assert sent[-1][1] == header // 3
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(sent))
 
 
 # --- the catalog -------------------------------------------------------------------------
