@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import subprocess
 import sys
@@ -803,3 +804,129 @@ def test_a_user_config_dir_that_is_a_file_is_one_paragraph(tmp_path: Path) -> No
     assert proc.returncode == 2, proc.stdout + proc.stderr
     said = " ".join(proc.stderr.split())
     assert "(LLAMASPEC_CONFIG_DIR) is a file, not a directory" in said and "Traceback" not in said
+
+
+# --- pulls against the local hub server (loopback only) -----------------------------------
+
+
+class _Pulls:
+    """A project root with a copy of the checkout's lock, a user config dir, a user data dir,
+    an HF cache and a hub, all in tmp."""
+
+    def __init__(self, tmp: Path, hub, monkeypatch: pytest.MonkeyPatch) -> None:
+        from huggingface_hub import constants as hf_constants
+
+        self.hub, self.root = hub, tmp / "project"
+        self.root.mkdir()
+        (self.root / "llamaspec.lock").write_bytes((ROOT / "llamaspec.lock").read_bytes())
+        self.config, self.data = tmp / "config", tmp / "data"
+        self.config.mkdir()
+        for key, value in {
+            "HF_ENDPOINT": hub.url,
+            "HF_HUB_DISABLE_XET": "1",
+            "LLAMASPEC_CONFIG_DIR": str(self.config),
+            "LLAMASPEC_DATA": str(self.data),
+        }.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp / "hf"))
+        for name, n in (("t", 1 << 16), ("d", 1 << 12), ("p", 1 << 12)):
+            f = write_gguf(tmp / f"{name}.gguf", vocab(300), payload_bytes=n)
+            hub.add(f"org/{name}-GGUF", f"{name}.gguf", f)
+        model = "    repo: org/{0}-GGUF\n    file: {0}.gguf\n    tokenizer: t\n    license: mit\n"
+        (self.root / "models.yaml").write_text(
+            "models:\n  proj:\n" + model.format("p")
+            + "pairs:\n  proj-ngram:\n    target: proj\n    spec: ngram\n"
+        )  # fmt: skip
+        (self.config / "models.yaml").write_text(
+            "models:\n  mine:\n" + model.format("t") + "  mine-d:\n" + model.format("d")
+            + "pairs:\n  mine-pair:\n    target: mine\n    draft: mine-d\n"
+        )  # fmt: skip
+
+    def pull(self, pair: str, **kw: object) -> str:
+        import io
+
+        from rich.console import Console
+
+        from llamaspec.models import catalog
+
+        out = io.StringIO()
+        console = Console(file=out, width=200)
+        catalog.pull(config.load_models(self.root), pair, self.root, console, **kw)  # type: ignore[arg-type]
+        return out.getvalue()
+
+
+@pytest.fixture
+def pulls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from hubserver import Hub
+
+    with Hub() as hub:
+        yield _Pulls(tmp_path, hub, monkeypatch)
+
+
+def test_pulling_a_user_pair_pins_it_in_the_users_lock_not_the_checkouts(pulls: _Pulls) -> None:
+    """The user's own models (user config dir) are recorded in the user data dir's lock;
+    the checkout's tracked llamaspec.lock stays byte-identical. Reading merges both."""
+    from llamaspec import lock
+
+    before = (pulls.root / "llamaspec.lock").read_bytes()
+    said = pulls.pull("mine-pair")
+    assert (pulls.root / "llamaspec.lock").read_bytes() == before
+    mine = yaml.safe_load((pulls.data / "llamaspec.lock").read_text())
+    sha = pulls.hub.repos["org/t-GGUF"].files["t.gguf"].sha256
+    assert mine["models"]["mine"]["sha256"] == {"t.gguf": sha}
+    assert set(mine["models"]) == {"mine", "mine-d"}
+    assert f"recorded mine @ {pulls.hub.repos['org/t-GGUF'].commit[:12]} in {pulls.data}" in said
+    merged = lock.load(pulls.root)
+    assert merged["models"]["mine"] == mine["models"]["mine"]
+    assert merged["engines"] == lock.load_project(pulls.root)["engines"]
+    assert "mine" not in lock.load_project(pulls.root)["models"]  # what maintainers write back
+    # a second pull: verified from the cache against the user's pins, nothing recorded again
+    served = len(pulls.hub.content_gets())
+    again = pulls.pull("mine-pair")
+    assert "recorded" not in again and len(pulls.hub.content_gets()) == served
+    assert (pulls.root / "llamaspec.lock").read_bytes() == before
+
+
+def test_a_maintainers_lock_write_never_takes_the_users_pins(pulls: _Pulls) -> None:
+    from llamaspec import lock
+
+    pulls.pull("mine-pair")
+    data = lock.load_project(pulls.root)
+    data["engines"] = {**data["engines"], "llama.cpp": "0" * 40}
+    lock.save(pulls.root, data)
+    written = yaml.safe_load((pulls.root / "llamaspec.lock").read_text())
+    assert "mine" not in (written.get("models") or {})
+
+
+def test_pull_local_dir_that_cannot_be_written_is_refused_before_any_download(
+    pulls: _Pulls,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """`models pull --local-dir FILE` refused the destination only after downloading the
+    whole pair; now the cheap checks come first and the hub is not asked at all."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    for dest, says in (
+        (a_file, "is a file, not a directory"),
+        (a_file / "sub", "cannot be made: .*a-file is a file"),
+        (locked / "sub", "is not writable by this user"),
+    ):
+        if says.startswith("is not writable") and os.geteuid() == 0:
+            continue  # root writes anywhere
+        with pytest.raises(LlamaspecError, match=says):
+            pulls.pull("mine-pair", local_dir=dest)
+    assert pulls.hub.log == []
+    assert not (pulls.data / "llamaspec.lock").exists()
+    # the command line the same way: exit 2, one paragraph, not one request to the hub
+    from llamaspec.cli.main import main
+
+    monkeypatch.setenv("LLAMASPEC_ROOT", str(pulls.root))
+    assert main(["models", "pull", "mine-pair", "--local-dir", str(a_file)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is a file, not a directory" in err and "Traceback" not in err
+    assert pulls.hub.log == [] and not (tmp_path / "hf").exists()

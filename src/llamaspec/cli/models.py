@@ -124,7 +124,7 @@ def _models(args: argparse.Namespace, console: Console) -> None:
         console.print(models.list_table(catalog, recipes.load_all(root, _warn(console))))
         return
     if args.models_command == "pull":
-        files = models.pull(catalog, args.pair, root, console)
+        files = models.pull(catalog, args.pair, root, console, local_dir=args.local_dir)
         console.print(f"target: {files.target}")
         if files.draft:
             console.print(f"draft:  {files.draft}")
