@@ -21,30 +21,45 @@ def write_gguf(
     tokens: list[str],
     *,
     model: str = "llama",
-    bos: int = 1,
-    eos: int = 2,
-    add_bos: bool = True,
-    add_eos: bool = False,
+    bos: int | None = 1,
+    eos: int | None = 2,
+    add_bos: bool | None = True,
+    add_eos: bool | None = False,
     payload_bytes: int = 4096,
     arch: str = "llama",
     basename: str | None = None,
+    pre: str | None = None,
+    split: tuple[int, int] | None = None,
 ) -> Path:
     """A GGUF with tokenizer metadata and one filler tensor of `payload_bytes` (as many
-    parameters, int8)."""
+    parameters, int8). A special-token key given as None is left out of the header (the
+    engine then uses its default); `pre` writes `tokenizer.ggml.pre`; `split` = (index,
+    count) writes the `split.*` keys of that part of a split GGUF (0-based index)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     w = GGUFWriter(str(path), arch=arch)
     w.add_name(path.stem)
     if basename:
         w.add_basename(basename)
+    if split is not None:
+        w.add_uint16("split.no", split[0])
+        w.add_uint16("split.count", split[1])
+        w.add_int32("split.tensors.count", split[1])
     w.add_tokenizer_model(model)
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
     w.add_token_scores([0.0] * len(tokens))
-    w.add_bos_token_id(bos)
-    w.add_eos_token_id(eos)
-    w.add_add_bos_token(add_bos)
-    w.add_add_eos_token(add_eos)
+    if bos is not None:
+        w.add_bos_token_id(bos)
+    if eos is not None:
+        w.add_eos_token_id(eos)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    if add_eos is not None:
+        w.add_add_eos_token(add_eos)
     rng = np.random.default_rng(len(tokens) + payload_bytes)
-    w.add_tensor("filler", rng.integers(0, 255, payload_bytes, dtype=np.uint8).view(np.int8))
+    filler = "filler" if split is None else f"filler.{split[0]}"
+    w.add_tensor(filler, rng.integers(0, 255, payload_bytes, dtype=np.uint8).view(np.int8))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -1,4 +1,11 @@
-"""llamaspec.lock: the full SHAs a build used (pins and patch commits), committed."""
+"""llamaspec.lock: the full SHAs a build used (pins and patch commits), committed.
+
+Two files: the project's (the checkout's, written only by maintainers' commands such as
+`nox -s lock`, or the one shipped in the package) and this user's, in the user data dir.
+`models pull` records the pins of the user's own models (the user config dir's
+models.yaml) in the user's lock, never in the checkout's; an installed llamaspec writes
+everything it records there. `load` reads both, the user's over the project's.
+"""
 
 from __future__ import annotations
 
@@ -8,39 +15,111 @@ import yaml
 
 from llamaspec.config import FULL_SHA, Engine, PatchEntry, load_yaml_text
 from llamaspec.errors import LlamaspecError
-from llamaspec.paths import writable_root
+from llamaspec.paths import is_packaged, user_config, user_data, writable_root
 
 LOCK = "llamaspec.lock"
 # `cuda_toolkit`: the PyPI wheels (version, sha256, size) a CUDA toolkit is assembled from.
 SECTIONS = ("engines", "patches", "models", "cuda_toolkit")
+HEADER = (
+    "# Written by `nox -s lock`: the exact commits llamaspec builds use. Patch commits are\n"
+    "# applied in order, each as its diff against its first parent. An empty list means\n"
+    "# the entry could not be resolved here (see `nox -s lock` output). `models` records the\n"
+    "# hub commit and sha256 of every model file on its first verified download.\n"
+    "# `cuda_toolkit` pins the PyPI wheels `--cuda-toolkit pypi` assembles a toolkit from.\n"
+)
+USER_HEADER = (
+    "# This user's llamaspec lock, written by `llamaspec models pull`: the hub commit and\n"
+    "# sha256 of the files of the user's own models (models.yaml in the user config dir),\n"
+    "# read over the project's llamaspec.lock. Never part of a checkout.\n"
+)
 
 
-def load(root: Path) -> dict:
-    # an installed llamaspec: what this user's pulls recorded, over the shipped lock
-    path = writable_root(root) / LOCK
-    if not path.is_file():
-        path = root / LOCK
+def user_lock() -> Path:
+    """This user's lock, in the user data dir (LLAMASPEC_DATA)."""
+    return user_data() / LOCK
+
+
+def _read(path: Path) -> dict:
     if not path.is_file():
         return {key: {} for key in SECTIONS}
     data = load_yaml_text(path.read_text(), str(path)) or {}
     return {key: data.get(key) or {} for key in SECTIONS}
 
 
+def user_handles() -> frozenset[str]:
+    """The models the user's own models.yaml (user config dir) defines, whose pins belong in
+    the user's lock. An unreadable file counts as none here: the commands that use models
+    read it themselves and say what is wrong with it."""
+    try:
+        path = user_config() / "models.yaml"
+        raw = load_yaml_text(path.read_text(), str(path)) if path.is_file() else None
+    except (LlamaspecError, OSError, UnicodeDecodeError):
+        return frozenset()
+    models = raw.get("models") if isinstance(raw, dict) else None
+    return frozenset(models) if isinstance(models, dict) else frozenset()
+
+
+def load(root: Path) -> dict:
+    """The lock the commands read: the project's, with the user's over it (the pins of the
+    user's own models; for an installed llamaspec, everything it recorded)."""
+    data = _read(root / LOCK)
+    if is_packaged(root):  # an installed llamaspec records everything under the user data dir
+        mine = _read(user_lock())
+        for key in SECTIONS:
+            if mine[key]:
+                data[key] = {**data[key], **mine[key]} if key == "models" else mine[key]
+        return data
+    own = user_handles()
+    if not own:
+        return data
+    mine = _read(user_lock())
+    data["models"] = {
+        **data["models"],
+        **{h: record for h, record in mine["models"].items() if h in own},
+    }
+    return data
+
+
+def load_project(root: Path) -> dict:
+    """What `save` writes back, for the commands that edit the lock (`nox -s lock`, bump):
+    a checkout's llamaspec.lock alone, never merged with a user's pins."""
+    return load(root) if is_packaged(root) else _read(root / LOCK)
+
+
 def save(root: Path, lock: dict) -> Path:
+    """Write the project's lock: the checkout's (maintainers' commands), or for an installed
+    llamaspec the user's (the package is read-only)."""
     path = writable_root(root) / LOCK
-    path.parent.mkdir(parents=True, exist_ok=True)
-    header = (
-        "# Written by `nox -s lock`: the exact commits llamaspec builds use. Patch commits are\n"
-        "# applied in order, each as its diff against its first parent. An empty list means\n"
-        "# the entry could not be resolved here (see `nox -s lock` output). `models` records the\n"
-        "# hub commit and sha256 of every model file on its first verified download.\n"
-        "# `cuda_toolkit` pins the PyPI wheels `--cuda-toolkit pypi` assembles a toolkit from.\n"
-    )
     lock = {k: v for k, v in lock.items() if v or k != "models"}
+    return _write(path, HEADER, lock)
+
+
+def _write(path: Path, header: str, data: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{LOCK}.tmp")
-    tmp.write_text(header + yaml.safe_dump(lock, sort_keys=True))
+    tmp.write_text(header + yaml.safe_dump(data, sort_keys=True))
     tmp.replace(path)
     return path
+
+
+def record_model(root: Path, handle: str, record: dict) -> Path | None:
+    """Record a model's pins after its first verified download: the user's own model in the
+    user's lock, a project model in the project's (`save`). Returns the file written, None
+    when it already held this record."""
+    if not is_packaged(root) and handle in user_handles():
+        path = user_lock()
+        raw = load_yaml_text(path.read_text(), str(path)) if path.is_file() else None
+        data = raw if isinstance(raw, dict) else {}
+        models = data.get("models") if isinstance(data.get("models"), dict) else {}
+        if models.get(handle) == record:
+            return None
+        data["models"] = {**models, handle: record}
+        return _write(path, USER_HEADER, data)
+    lock = load_project(root)
+    if lock["models"].get(handle) == record:
+        return None
+    lock["models"][handle] = record
+    return save(root, lock)
 
 
 def patch_commits(entry: PatchEntry, lock: dict) -> tuple[str, ...] | None:

@@ -100,3 +100,107 @@ def test_measure_options_need_measure() -> None:
     from llamaspec.cli.main import main
 
     assert main(["draft", "find", "x.gguf", "--memory", "4"]) == 2
+
+
+# --- against the local hub server (loopback only) -----------------------------------------
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from hubserver import Hub
+
+    with Hub() as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        yield server
+
+
+def _split(tmp: Path, stem: str, count: int, payload: int, **kw: object) -> list[Path]:
+    return [
+        write_gguf(
+            tmp / f"{stem}-{i + 1:05d}-of-{count:05d}.gguf",
+            vocab(64),
+            payload_bytes=payload,
+            split=(i, count),
+            **kw,  # type: ignore[arg-type]
+        )
+        for i in range(count)
+    ]
+
+
+def test_a_split_target_is_measured_over_all_its_parts(tmp_path: Path, hub) -> None:
+    """An 8-part target read from part 1 alone showed 1/8 of its parameters and size, so a
+    draft larger than part 1 was skipped as "as large as the target". Every part counts."""
+    parts = _split(tmp_path / "big", "big-Q8_0", 4, 1 << 18, basename="big")
+    names = [f"Q8_0/{p.name}" for p in parts]
+    for name, path in zip(names, parts, strict=True):
+        hub.add("org/big-GGUF", name, path)
+    draft = write_gguf(tmp_path / "d.gguf", vocab(64), payload_bytes=300_000, basename="big")
+    hub.add("org/big-draft-GGUF", "big-draft-Q8_0.gguf", draft)
+    assert draft.stat().st_size > parts[0].stat().st_size  # larger than part 1 alone
+    target = drafts.resolve_target("org/big-GGUF", ModelsFile())
+    assert target.file == names[0]
+    assert target.size == sum(p.stat().st_size for p in parts)
+    found = drafts.find(target, ModelsFile(), {})
+    assert found.info.params == 4 << 18 and found.info.split_count == 4
+    assert found.skipped == ()
+    (cand,) = found.candidates
+    assert cand.source.repo == "org/big-draft-GGUF" and cand.ok
+    assert cand.ratio(found.info) == pytest.approx(300_000 / (4 << 18))
+    # the later parts: one small range read each, never the whole file
+    later = [e for e in hub.content_gets() if "-00001-" not in e.path and "big-GGUF" in e.path]
+    assert len(later) == 3 and all(e.range == f"bytes=0-{compat.PART_READ - 1}" for e in later)
+
+
+def test_a_local_split_target_counts_the_parts_beside_it(tmp_path: Path) -> None:
+    parts = _split(tmp_path, "m-Q4_0", 3, 4096)
+    src = drafts.resolve_target(str(parts[0]), ModelsFile())
+    assert src.size == sum(p.stat().st_size for p in parts)
+    info = drafts.read(src)
+    assert info.params == 3 * 4096 and info.split_count == 3
+    with pytest.raises(LlamaspecError, match="give its first part, m-Q4_0-00001-of-00003.gguf"):
+        drafts.read(drafts.resolve_target(str(parts[1]), ModelsFile()))
+    parts[2].unlink()
+    with pytest.raises(LlamaspecError, match=r"its part .*m-Q4_0-00003-of-00003.gguf is missing"):
+        drafts.read(src)
+
+
+def test_a_header_read_through_the_hub_asks_each_byte_once(
+    tmp_path: Path, hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The range reader's second request starts where the first ended."""
+    f = write_gguf(tmp_path / "t.gguf", vocab(20000), payload_bytes=1 << 20)
+    hub.add("org/t-GGUF", "t.gguf", f)
+    monkeypatch.setattr(compat, "FIRST_READ", 128 << 10)
+    info = drafts.read(drafts.Source("org/t-GGUF", "t.gguf", f.stat().st_size))
+    assert info.n_vocab == 20000
+    gets = hub.content_gets()
+    assert [g.range for g in gets] == ["bytes=0-131071", "bytes=131072-524287"]
+    assert sum(g.sent for g in gets) == 512 << 10
+
+
+@pytest.mark.parametrize("bad", ["../x", "a--b/c", "owner/-name", "x/y z", "owner/.name"])
+def test_a_malformed_repo_id_is_one_paragraph_before_the_hub_is_asked(
+    bad: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_hub(*_a: object, **_k: object) -> None:
+        raise AssertionError("the Hub was asked")
+
+    monkeypatch.setattr(drafts, "gguf_files", no_hub)
+    with pytest.raises(LlamaspecError, match=r"owner/name") as err:
+        drafts.resolve_target(bad, ModelsFile())
+    assert repr(bad) in err.value.message and "\n" not in err.value.message
+
+
+def test_draft_find_of_a_malformed_repo_exits_2_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llamaspec.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    assert main(["draft", "find", "../x"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "'../x' is neither a file here nor a Hub repo id" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import subprocess
 import sys
@@ -63,6 +65,59 @@ def test_different_add_bos_and_vocab_type_are_refused(tmp_path: Path) -> None:
     assert set(_failed(v)) == {"vocab type", "add BOS"}
 
 
+def test_missing_special_token_keys_take_the_engines_defaults(tmp_path: Path) -> None:
+    """A header without add_bos/add_eos or the BOS/EOS ids is loaded with the engine's
+    defaults for its vocab type (llama: add BOS 1, no EOS), so it matches a header that
+    writes the same values out."""
+    silent = _info(tmp_path, "t", vocab(300), bos=None, eos=None, add_bos=None, add_eos=None)
+    explicit = _info(tmp_path, "d", vocab(300))  # llama: bos 1, eos 2, add_bos, no add_eos
+    v = compat.check(silent, explicit)
+    assert v.ok, _failed(v)
+    details = {r.name: r.detail for r in v.rules}
+    assert details["add BOS"] == "add_bos_token: target True (engine default) vs draft True"
+    assert details["BOS id"] == "bos_token_id: target 1 (engine default) vs draft 1"
+    # the defaults are the engine's, not "anything goes": a draft that adds no BOS is refused
+    no_bos = _info(tmp_path, "n", vocab(300), add_bos=False)
+    assert set(_failed(compat.check(silent, no_bos))) == {"add BOS"}
+    assert compat.check(no_bos, silent).failed[0].detail == (
+        "add_bos_token: target False vs draft True (engine default)"
+    )
+
+
+def test_gpt2_and_whitespace_are_one_vocab_type_for_the_engine(tmp_path: Path) -> None:
+    """llama-vocab.cpp maps gpt2, whitespace, hybriddna and gemma4 all to the BPE type,
+    and the engine compares types; llama (SPM) against gpt2 (BPE) still differs."""
+    gpt2 = _info(tmp_path, "g", vocab(300), model="gpt2", bos=None, eos=None, add_bos=None)
+    ws = _info(tmp_path, "w", vocab(300), model="whitespace", add_bos=False)
+    v = compat.check(gpt2, ws)
+    assert v.ok, _failed(v)
+    assert "'gpt2' (BPE) vs draft 'whitespace' (BPE)" in v.rules[0].detail
+    spm = compat.check(_info(tmp_path, "l", vocab(300)), gpt2)
+    assert "vocab type" in _failed(spm)
+
+
+def test_bpe_defaults_follow_the_pre_tokenizer(tmp_path: Path) -> None:
+    """BPE adds no BOS by default, except after pre-tokenizers such as llama-bpe; the
+    default BOS id (11) is dropped when it lies outside the vocab; Gemma 4 always adds BOS."""
+    silent = {"bos": None, "eos": None, "add_bos": None, "add_eos": None}
+    llama3 = compat.engine_vocab(
+        _info(tmp_path, "a", vocab(300), model="gpt2", pre="llama-bpe", **silent)
+    )
+    assert (llama3.type, llama3.add_bos, llama3.bos, llama3.add_eos) == ("BPE", True, 11, False)
+    qwen = compat.engine_vocab(
+        _info(tmp_path, "b", vocab(300), model="gpt2", pre="qwen2", **silent)
+    )
+    assert (qwen.add_bos, qwen.eos) == (False, 11)
+    glm = compat.engine_vocab(_info(tmp_path, "c", vocab(300), model="gpt2", pre="glm4", **silent))
+    assert glm.bos is None
+    tiny = compat.engine_vocab(_info(tmp_path, "d", vocab(8), model="gpt2", **silent))
+    assert tiny.bos is None and tiny.eos is None  # 11 is not a token of an 8-token vocab
+    gemma4 = compat.engine_vocab(_info(tmp_path, "e", vocab(300), model="gemma4", add_bos=False))
+    assert gemma4.type == "BPE" and gemma4.add_bos is True
+    t5 = compat.engine_vocab(_info(tmp_path, "f", vocab(300), model="t5", **silent))
+    assert (t5.type, t5.add_bos, t5.add_eos, t5.eos) == ("UGM", False, True, 1)
+
+
 def test_token_text_at_id_7_differs(tmp_path: Path) -> None:
     v = compat.check(
         _info(tmp_path, "t", vocab(300)), _info(tmp_path, "d", vocab(300, change={7: "other"}))
@@ -97,16 +152,48 @@ def test_header_reader_fetches_more_until_the_metadata_ends(
 ) -> None:
     data = write_gguf(tmp_path / "w.gguf", vocab(20000), payload_bytes=1 << 20).read_bytes()
     asked: list[int] = []
+    ranges: list[tuple[int, int]] = []
 
-    def fetch(n: int) -> bytes:
-        asked.append(n)
-        return data[:n]
+    def fetch(start: int, end: int) -> bytes:
+        asked.append(end)
+        ranges.append((start, end))
+        return data[start:end]
 
     monkeypatch.setattr(compat, "FIRST_READ", 64 << 10)
     info = compat.read_header(fetch, len(data), "remote")
     assert info.n_vocab == 20000
     assert asked == [64 << 10, 256 << 10, 1 << 20]  # 4x more each time the metadata runs on
     assert asked[-1] < len(data)
+    # each growth fetches only the bytes after those already read
+    assert ranges == [(0, 64 << 10), (64 << 10, 256 << 10), (256 << 10, 1 << 20)]
+
+
+def test_a_growing_header_read_fetches_each_byte_once_and_stops_at_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 9.2 MB header cost 21 MB when each growth re-read from byte 0 (4 MiB, then 16 MiB);
+    now the second read asks only for the missing tail, and nothing is read past the cap."""
+    data = write_gguf(tmp_path / "w.gguf", vocab(20000), payload_bytes=1 << 20).read_bytes()
+    header = len(data) - (1 << 20)  # the metadata, before the payload
+    sent: list[tuple[int, int]] = []
+
+    def fetch(start: int, end: int) -> bytes:
+        sent.append((start, end))
+        return data[start:end]
+
+    first = header // 2 + 1  # as 4 MiB is to a 9.2 MB header: one growth is needed
+    monkeypatch.setattr(compat, "FIRST_READ", first)
+    assert compat.read_header(fetch, len(data), "remote").n_vocab == 20000
+    assert sent == [(0, first), (first, first * 4)]
+    assert sum(end - start for start, end in sent) == first * 4  # was first + first * 4
+    # a header longer than the cap: the reads stop there, each byte read once
+    sent.clear()
+    monkeypatch.setattr(compat, "MAX_HEADER", header // 3)
+    monkeypatch.setattr(compat, "FIRST_READ", header // 12)
+    with pytest.raises(LlamaspecError, match="does not end within"):
+        compat.read_header(fetch, len(data), "remote")
+    assert sent[-1][1] == header // 3
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(sent))
 
 
 # --- the catalog -------------------------------------------------------------------------
@@ -717,3 +804,129 @@ def test_a_user_config_dir_that_is_a_file_is_one_paragraph(tmp_path: Path) -> No
     assert proc.returncode == 2, proc.stdout + proc.stderr
     said = " ".join(proc.stderr.split())
     assert "(LLAMASPEC_CONFIG_DIR) is a file, not a directory" in said and "Traceback" not in said
+
+
+# --- pulls against the local hub server (loopback only) -----------------------------------
+
+
+class _Pulls:
+    """A project root with a copy of the checkout's lock, a user config dir, a user data dir,
+    an HF cache and a hub, all in tmp."""
+
+    def __init__(self, tmp: Path, hub, monkeypatch: pytest.MonkeyPatch) -> None:
+        from huggingface_hub import constants as hf_constants
+
+        self.hub, self.root = hub, tmp / "project"
+        self.root.mkdir()
+        (self.root / "llamaspec.lock").write_bytes((ROOT / "llamaspec.lock").read_bytes())
+        self.config, self.data = tmp / "config", tmp / "data"
+        self.config.mkdir()
+        for key, value in {
+            "HF_ENDPOINT": hub.url,
+            "HF_HUB_DISABLE_XET": "1",
+            "LLAMASPEC_CONFIG_DIR": str(self.config),
+            "LLAMASPEC_DATA": str(self.data),
+        }.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp / "hf"))
+        for name, n in (("t", 1 << 16), ("d", 1 << 12), ("p", 1 << 12)):
+            f = write_gguf(tmp / f"{name}.gguf", vocab(300), payload_bytes=n)
+            hub.add(f"org/{name}-GGUF", f"{name}.gguf", f)
+        model = "    repo: org/{0}-GGUF\n    file: {0}.gguf\n    tokenizer: t\n    license: mit\n"
+        (self.root / "models.yaml").write_text(
+            "models:\n  proj:\n" + model.format("p")
+            + "pairs:\n  proj-ngram:\n    target: proj\n    spec: ngram\n"
+        )  # fmt: skip
+        (self.config / "models.yaml").write_text(
+            "models:\n  mine:\n" + model.format("t") + "  mine-d:\n" + model.format("d")
+            + "pairs:\n  mine-pair:\n    target: mine\n    draft: mine-d\n"
+        )  # fmt: skip
+
+    def pull(self, pair: str, **kw: object) -> str:
+        import io
+
+        from rich.console import Console
+
+        from llamaspec.models import catalog
+
+        out = io.StringIO()
+        console = Console(file=out, width=200)
+        catalog.pull(config.load_models(self.root), pair, self.root, console, **kw)  # type: ignore[arg-type]
+        return out.getvalue()
+
+
+@pytest.fixture
+def pulls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from hubserver import Hub
+
+    with Hub() as hub:
+        yield _Pulls(tmp_path, hub, monkeypatch)
+
+
+def test_pulling_a_user_pair_pins_it_in_the_users_lock_not_the_checkouts(pulls: _Pulls) -> None:
+    """The user's own models (user config dir) are recorded in the user data dir's lock;
+    the checkout's tracked llamaspec.lock stays byte-identical. Reading merges both."""
+    from llamaspec import lock
+
+    before = (pulls.root / "llamaspec.lock").read_bytes()
+    said = pulls.pull("mine-pair")
+    assert (pulls.root / "llamaspec.lock").read_bytes() == before
+    mine = yaml.safe_load((pulls.data / "llamaspec.lock").read_text())
+    sha = pulls.hub.repos["org/t-GGUF"].files["t.gguf"].sha256
+    assert mine["models"]["mine"]["sha256"] == {"t.gguf": sha}
+    assert set(mine["models"]) == {"mine", "mine-d"}
+    assert f"recorded mine @ {pulls.hub.repos['org/t-GGUF'].commit[:12]} in {pulls.data}" in said
+    merged = lock.load(pulls.root)
+    assert merged["models"]["mine"] == mine["models"]["mine"]
+    assert merged["engines"] == lock.load_project(pulls.root)["engines"]
+    assert "mine" not in lock.load_project(pulls.root)["models"]  # what maintainers write back
+    # a second pull: verified from the cache against the user's pins, nothing recorded again
+    served = len(pulls.hub.content_gets())
+    again = pulls.pull("mine-pair")
+    assert "recorded" not in again and len(pulls.hub.content_gets()) == served
+    assert (pulls.root / "llamaspec.lock").read_bytes() == before
+
+
+def test_a_maintainers_lock_write_never_takes_the_users_pins(pulls: _Pulls) -> None:
+    from llamaspec import lock
+
+    pulls.pull("mine-pair")
+    data = lock.load_project(pulls.root)
+    data["engines"] = {**data["engines"], "llama.cpp": "0" * 40}
+    lock.save(pulls.root, data)
+    written = yaml.safe_load((pulls.root / "llamaspec.lock").read_text())
+    assert "mine" not in (written.get("models") or {})
+
+
+def test_pull_local_dir_that_cannot_be_written_is_refused_before_any_download(
+    pulls: _Pulls,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """`models pull --local-dir FILE` refused the destination only after downloading the
+    whole pair; now the cheap checks come first and the hub is not asked at all."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    for dest, says in (
+        (a_file, "is a file, not a directory"),
+        (a_file / "sub", "cannot be made: .*a-file is a file"),
+        (locked / "sub", "is not writable by this user"),
+    ):
+        if says.startswith("is not writable") and os.geteuid() == 0:
+            continue  # root writes anywhere
+        with pytest.raises(LlamaspecError, match=says):
+            pulls.pull("mine-pair", local_dir=dest)
+    assert pulls.hub.log == []
+    assert not (pulls.data / "llamaspec.lock").exists()
+    # the command line the same way: exit 2, one paragraph, not one request to the hub
+    from llamaspec.cli.main import main
+
+    monkeypatch.setenv("LLAMASPEC_ROOT", str(pulls.root))
+    assert main(["models", "pull", "mine-pair", "--local-dir", str(a_file)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "is a file, not a directory" in err and "Traceback" not in err
+    assert pulls.hub.log == [] and not (tmp_path / "hf").exists()

@@ -292,7 +292,7 @@ def test_the_header_parser_reads_tensor_names_for_mtp_heads(
     assert info.mtp_layers == layers and info.n_vocab == 64
     data = path.read_bytes()
     # a range reader that serves only what is asked: the tensor infos come after the KVs
-    remote = compat.read_header(lambda n: data[:n], len(data), "remote/m.gguf")
+    remote = compat.read_header(lambda a, b: data[a:b], len(data), "remote/m.gguf")
     assert remote.has_mtp is has
 
 

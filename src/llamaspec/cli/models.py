@@ -138,7 +138,7 @@ def cmd_models_pull(args: argparse.Namespace, console: Console) -> None:
 
     root = project_root()
     catalog = config.load_models(root)
-    files = models.pull(catalog, args.pair, root, console)
+    files = models.pull(catalog, args.pair, root, console, local_dir=args.local_dir)
     console.print(f"target: {files.target}")
     if files.draft:
         console.print(f"draft:  {files.draft}")

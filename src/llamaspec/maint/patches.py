@@ -79,7 +79,7 @@ def relock(patch_sources: Sequence[str], console: Console) -> None:
         if not where:
             raise LlamaspecError(f"--patch-source {item!r}: write it as ENGINE=DIR|URL.")
         mirrors[choose("engine", name, engines)] = where
-    lock = lockfile.load(root)
+    lock = lockfile.load_project(root)
     lock["engines"] = {name: e.pin for name, e in engines.items()}
     failed: list[str] = []
     for entry in config.load_series(root):

@@ -155,7 +155,7 @@ def apply(root: Path, p: Plan) -> list[str]:
     if new_lock is not None:
         write_atomic(lock_path, new_lock)
     else:  # no pin line to edit: the lock is rewritten from its data
-        data = lockfile.load(root)
+        data = lockfile.load_project(root)
         data["engines"] = {**data["engines"], p.engine.name: p.new.commit}
         lockfile.save(root, data)
     return ["engines.yaml", lockfile.LOCK]

@@ -134,9 +134,37 @@ def render_verdict(verdict: compat.Verdict, console: Console) -> None:
     console.print(table)
 
 
-def pull(models: ModelsFile, name: str, root: Path, console: Console) -> PairFiles:
-    """Check the pair from headers, then download and verify both models (recorded in the lock)."""
+def check_local_dir(dest: Path) -> None:
+    """`models pull --local-dir DEST`, checked before anything is read from the hub: DEST
+    must be a directory this user can write into, or one that can be made (its nearest
+    existing parent is such a directory). `place_plain` makes it after the download."""
+    what, fix = f"--local-dir {dest}", "give a directory you can write into"
+    if dest.is_symlink() and not dest.exists():
+        raise LlamaspecError(f"{what} is a link to nothing; {fix}.")
+    if dest.exists() and not dest.is_dir():
+        raise LlamaspecError(f"{what} is a file, not a directory; {fix}.")
+    existing = dest.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise LlamaspecError(f"{what} cannot be made: {existing} is a file; {fix}.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == dest.absolute() else f" (it would be made in {existing})"
+        raise LlamaspecError(f"{what} is not writable by this user{where}; {fix}.")
+
+
+def pull(
+    models: ModelsFile,
+    name: str,
+    root: Path,
+    console: Console,
+    local_dir: Path | None = None,
+) -> PairFiles:
+    """Check the pair from headers, then download and verify both models (recorded in the
+    lock). With `local_dir` (`--local-dir`), that destination is checked first of all."""
     pair = get_pair(models, name)
+    if local_dir is not None:
+        check_local_dir(local_dir)
     verdict = check_pair(models, name, root, console)
     if verdict is not None:
         render_verdict(verdict, console)
@@ -164,9 +192,10 @@ def pull(models: ModelsFile, name: str, root: Path, console: Console) -> PairFil
             "sha256": dict(zip(model.parts, got.sha256, strict=True)),
         }
         if lock["models"].get(handle) != record:
-            lock["models"][handle] = record
-            lockfile.save(root, lock)
-            console.print(f"model: recorded {handle} @ {str(got.commit)[:12]} in llamaspec.lock")
+            # a user's own model in the user's lock, never in the checkout's
+            written = lockfile.record_model(root, handle, record)
+            if written is not None:
+                console.print(f"model: recorded {handle} @ {str(got.commit)[:12]} in {written}")
         console.print(f"model: {handle} ok → {got.path}")
         paths[role] = got.path
     assert paths["target"] is not None

@@ -4,15 +4,21 @@ The tokenizer metadata sits in the GGUF header (key/value section), before the t
 infos and the weights, so a remote file is judged from its first megabytes: `read_header`
 takes any `fetch(n)` that returns the file's first n bytes (a local read or an HTTP range).
 The tensor infos (names, shapes) follow the key/values; their names tell whether a file
-carries MTP heads (`nextn` tensors), which an MTP recipe needs.
+carries MTP heads (`nextn` tensors), which an MTP recipe needs. A split GGUF
+(`…-00001-of-0000N.gguf`, `split.count` in its header) is measured over all its parts.
+
+A header may leave out the special-token keys (`add_bos_token`, `bos_token_id`, …); the
+engine then uses its own defaults for the file's vocab type, and so does `check`
+(`engine_vocab`, from the table below).
 """
 
 from __future__ import annotations
 
 import mmap
+import re
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +29,11 @@ from llamaspec.errors import LlamaspecError
 # The engine's constants (common/speculative.cpp at the default pins).
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5
-FIRST_READ = 4 << 20
-MAX_HEADER = 256 << 20
+FIRST_READ = 4 << 20  # the first range read of a file's header
+PART_READ = 256 << 10  # of a split GGUF's later parts (a few key/values and tensor infos)
+MAX_HEADER = 256 << 20  # no header is read past this many bytes
+# a part of a split GGUF, as llama.cpp's gguf-split names them
+SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
 MTP_LAYERS_SUFFIX = ".nextn_predict_layers"
 # `<arch>.…` keys that size the KV cache (a memory estimate reads them)
 SHAPE_KEYS = (
@@ -36,6 +45,66 @@ SHAPE_KEYS = (
     "attention.value_length",
 )
 
+# ---- the engine's vocab defaults -------------------------------------------------------
+# What llama.cpp uses when a header leaves a special-token key out, as the upstream pin
+# sets it: src/llama-vocab.cpp (`llama_vocab::impl::load`) at commit
+# 0c1e57098bba43ac29e6e3b677cdceebdd22334f (engines.yaml's llama.cpp pin, also vendored in
+# llama-cpp-python 0.3.36). `common_speculative_are_compatible` (common/speculative.cpp)
+# then compares the vocab *type*, not the `tokenizer.ggml.model` string.
+
+# tokenizer.ggml.model → the engine's vocab type (any other name: the engine refuses the file)
+VOCAB_TYPES = {
+    "no_vocab": "NONE",
+    "none": "NONE",
+    "llama": "SPM",
+    "bert": "WPM",
+    "gpt2": "BPE",
+    "hybriddna": "BPE",
+    "whitespace": "BPE",
+    "gemma4": "BPE",
+    "t5": "UGM",
+    "rwkv": "RWKV",
+    "test": "TEST",
+    "plamo2": "PLAMO2",
+}
+
+
+@dataclass(frozen=True)
+class VocabDefaults:
+    """The BOS/EOS ids and add flags the engine starts from (None: no such token)."""
+
+    bos: int | None
+    eos: int | None
+    add_bos: bool
+    add_eos: bool
+
+
+_BPE = VocabDefaults(11, 11, False, False)
+_NOTHING = VocabDefaults(None, None, False, False)
+# per tokenizer.ggml.model: models of one type may differ (gemma4 is BPE without gpt2's ids)
+VOCAB_DEFAULTS = {
+    "no_vocab": _NOTHING,  # the engine reads no special-token key at all for these two
+    "none": _NOTHING,
+    "llama": VocabDefaults(1, 2, True, False),
+    "bert": VocabDefaults(101, None, True, False),
+    "gpt2": _BPE,
+    "hybriddna": _BPE,
+    "whitespace": _BPE,
+    "gemma4": _NOTHING,
+    "t5": VocabDefaults(None, 1, False, True),
+    "rwkv": _NOTHING,
+    "test": _NOTHING,
+    "plamo2": VocabDefaults(1, 2, False, False),
+}
+# BPE only: pre-tokenizers (tokenizer.ggml.pre) that change those defaults
+BPE_PRE_ADD_BOS = frozenset(
+    {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}
+    | {"jina-v5-nano", "tekken", "chameleon"}
+)
+BPE_PRE_NO_BOS_ID = frozenset({"chatglm-bpe", "glm4", "glm5"})
+# BPE only: add_bos is forced on after the header is read, whatever it says (Gemma 4)
+BPE_PRE_FORCE_ADD_BOS = frozenset({"gemma4", "granite-embed-multi-311m"})
+
 
 @dataclass(frozen=True)
 class TokenizerInfo:
@@ -43,7 +112,7 @@ class TokenizerInfo:
 
     name: str
     arch: str
-    vocab_type: str | None
+    vocab_type: str | None  # `tokenizer.ggml.model` as written (see `engine_vocab`)
     tokens: tuple[str, ...]
     bos_id: int | None
     eos_id: int | None
@@ -55,6 +124,8 @@ class TokenizerInfo:
     basename: str = ""  # `general.basename` (e.g. "gemma-3"), the model family's name
     size_label: str = ""  # `general.size_label` (e.g. "270M")
     shape: tuple[tuple[str, int], ...] = ()  # `<arch>.block_count`, head counts, lengths
+    pre: str | None = None  # `tokenizer.ggml.pre`, the BPE pre-tokenizer
+    split_count: int = 1  # `split.count`: the parts of a split GGUF (params counts them all)
 
     def dim(self, key: str) -> int | None:
         """`<arch>.<key>` (e.g. `block_count`, `attention.head_count_kv`), where the header
@@ -98,6 +169,8 @@ _WANTED = {
     Keys.Tokenizer.ADD_EOS,
     Keys.General.BASENAME,
     Keys.General.SIZE_LABEL,
+    Keys.Tokenizer.PRE,
+    Keys.Split.LLM_KV_SPLIT_COUNT,
 }
 
 
@@ -212,6 +285,8 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
         basename=str(kv.get(Keys.General.BASENAME) or ""),
         size_label=str(kv.get(Keys.General.SIZE_LABEL) or ""),
         shape=shape,  # type: ignore[arg-type]
+        pre=_str(kv.get(Keys.Tokenizer.PRE)),
+        split_count=max(_int(kv.get(Keys.Split.LLM_KV_SPLIT_COUNT)) or 1, 1),
     )
 
 
@@ -221,6 +296,10 @@ def _int(v: object) -> int | None:
 
 def _bool(v: object) -> bool | None:
     return None if v is None else bool(v)
+
+
+def _str(v: object) -> str | None:
+    return None if v is None else str(v)
 
 
 def read_local(path: Path) -> TokenizerInfo:
@@ -239,22 +318,86 @@ def read_local(path: Path) -> TokenizerInfo:
         ) from None
 
 
-def read_header(fetch: Callable[[int], bytes], size: int | None, name: str) -> TokenizerInfo:
-    """Tokenizer metadata from the first bytes of a file, fetching more until it parses."""
-    want = FIRST_READ
+# `fetch(start, end)`: the file's bytes start..end-1 (fewer where the file ends there)
+Fetch = Callable[[int, int], bytes]
+
+
+def read_header(
+    fetch: Fetch, size: int | None, name: str, first: int | None = None
+) -> TokenizerInfo:
+    """Tokenizer metadata from the first bytes of a file (`first`, FIRST_READ by default).
+
+    While the metadata runs on past what was read, the read grows 4x, fetching only the
+    bytes after those already read (each byte once), up to MAX_HEADER."""
+    data = bytearray()
+    want = first or FIRST_READ
     while True:
-        data = fetch(want if size is None else min(want, size))
+        end = want if size is None else min(want, size)
+        ended = False
+        if end > len(data):
+            got = fetch(len(data), end)[: end - len(data)]
+            ended = len(got) < end - len(data)
+            data += got
         try:
-            return _parse(data, name)
+            return _parse(bytes(data), name)
         except _Truncated:
             pass
-        complete = len(data) < want or (size is not None and len(data) >= size)
+        complete = ended or (size is not None and len(data) >= size)
         if complete or want >= MAX_HEADER:
             raise LlamaspecError(
                 f"{name} is a truncated or corrupt GGUF: its metadata does not end within "
                 f"{len(data)} bytes. Check the file on the hub, or re-download it."
             )
-        want *= 4
+        want = min(want * 4, MAX_HEADER)
+
+
+def part_names(file: str, count: int, name: str) -> tuple[str, ...]:
+    """Every part of a split GGUF whose header says `split.count` = count, named as
+    llama.cpp's gguf-split names them (`PREFIX-00001-of-0000N.gguf`); `file` is one of them."""
+    m = SPLIT_NAME.match(file)
+    if not m or int(m["count"]) != count:
+        raise LlamaspecError(
+            f"{name} is one of {count} parts of a split GGUF (split.count in its header), but "
+            f"its name does not end in -0000i-of-{count:05d}.gguf, so the other parts cannot "
+            "be found. Keep the names gguf-split gave the parts."
+        )
+    return tuple(f"{m['stem']}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1))
+
+
+def read_split(
+    info: TokenizerInfo, file: str, read_part: Callable[[str], TokenizerInfo]
+) -> TokenizerInfo:
+    """`info` (the header of `file`) with the parameters and nextn tensors of every part of
+    its split counted (one header read per other part, by `read_part(name)`)."""
+    if info.split_count <= 1:
+        return info
+    names = part_names(file, info.split_count, info.name)
+    if names[0] != file:
+        raise LlamaspecError(
+            f"{info.name} is part {names.index(file) + 1} of {len(names)} of a split GGUF; "
+            f"give its first part, {names[0]} (the tokenizer is in that part's header)."
+        )
+    rest = [read_part(part) for part in names[1:]]
+    return replace(
+        info,
+        params=info.params + sum(r.params for r in rest),
+        nextn_tensors=info.nextn_tensors + sum(r.nextn_tensors for r in rest),
+    )
+
+
+def read_local_split(path: Path) -> TokenizerInfo:
+    """`read_local`, with every part of a split GGUF counted (the parts side by side)."""
+
+    def part(name: str) -> TokenizerInfo:
+        other = path.with_name(name)
+        if not other.is_file():
+            raise LlamaspecError(
+                f"{path.name} is the first of a split GGUF, but its part {other} is missing. "
+                "Put every part in the same directory."
+            )
+        return read_local(other)
+
+    return read_split(read_local(path), path.name, part)
 
 
 @dataclass(frozen=True)
@@ -279,19 +422,108 @@ class Verdict:
         return tuple(r for r in self.rules if not r.ok)
 
 
-def _same(name: str, what: str, t: object, d: object) -> Rule:
-    return Rule(name, t == d, f"{what}: target {t!r} vs draft {d!r}")
+@dataclass(frozen=True)
+class EngineVocab:
+    """What the engine makes of a header's vocab: its type, its BOS/EOS ids (None: no such
+    token) and whether it adds them; `defaulted` names the values the header left to the
+    engine's defaults (or gave out of the vocab's range)."""
+
+    model: str | None
+    type: str | None  # None: a tokenizer the engine does not know (it refuses the file)
+    bos: int | None
+    eos: int | None
+    add_bos: bool
+    add_eos: bool
+    defaulted: frozenset[str] = frozenset()
+
+
+def engine_vocab(info: TokenizerInfo) -> EngineVocab:
+    """The vocab as the engine loads it: the header's keys over the defaults of its
+    tokenizer model (VOCAB_DEFAULTS and the BPE pre-tokenizer sets above)."""
+    model = info.vocab_type
+    kind = VOCAB_TYPES.get(model or "")
+    base = VOCAB_DEFAULTS.get(model or "")
+    if kind is None or base is None:  # unknown: the header's values as written
+        return EngineVocab(
+            model,
+            None,
+            info.bos_id,
+            info.eos_id,
+            bool(info.add_bos),
+            bool(info.add_eos),
+            frozenset(
+                k for k, v in (("add_bos", info.add_bos), ("add_eos", info.add_eos)) if v is None
+            ),
+        )
+    if kind == "NONE":  # the engine returns before reading any special-token key
+        unread = frozenset(("bos", "eos", "add_bos", "add_eos"))
+        return EngineVocab(model, kind, None, None, False, False, unread)
+    pre = "gemma4" if model == "gemma4" else info.pre
+    bos, add_bos = base.bos, base.add_bos
+    if kind == "BPE" and pre in BPE_PRE_ADD_BOS:
+        add_bos = True
+    if kind == "BPE" and pre in BPE_PRE_NO_BOS_ID:
+        bos = None
+    defaulted: set[str] = set()
+
+    def token(key: str, default: int | None, header: int | None) -> int | None:
+        if default is not None and default >= info.n_vocab:
+            default = None  # a default outside the vocab is disabled
+        if header is None or not 0 <= header < info.n_vocab:
+            defaulted.add(key)  # missing, or out of range: the engine keeps its default
+            return default
+        return header
+
+    def flag(key: str, default: bool, header: bool | None) -> bool:
+        if header is None:
+            defaulted.add(key)
+            return default
+        return header
+
+    bos = token("bos", bos, info.bos_id)
+    eos = token("eos", base.eos, info.eos_id)
+    add_bos = flag("add_bos", add_bos, info.add_bos)
+    add_eos = flag("add_eos", base.add_eos, info.add_eos)
+    if kind == "BPE" and pre in BPE_PRE_FORCE_ADD_BOS and not add_bos:
+        add_bos = True
+        defaulted.add("add_bos")
+    return EngineVocab(model, kind, bos, eos, add_bos, add_eos, frozenset(defaulted))
+
+
+def _val(v: EngineVocab, key: str) -> str:
+    value = getattr(v, key)
+    return f"{value!r} (engine default)" if key in v.defaulted else repr(value)
+
+
+def _same(name: str, what: str, key: str, t: EngineVocab, d: EngineVocab) -> Rule:
+    ok = getattr(t, key) == getattr(d, key)
+    return Rule(name, ok, f"{what}: target {_val(t, key)} vs draft {_val(d, key)}")
+
+
+def _vocab_type(t: EngineVocab, d: EngineVocab) -> Rule:
+    def show(v: EngineVocab) -> str:
+        return f"{v.model!r} ({v.type})" if v.type else f"{v.model!r} (unknown to the engine)"
+
+    ok = t.type is not None and t.type == d.type
+    if t.type is None and d.type is None and t.model == d.model:
+        ok = True  # a name this table does not know: the same name is the same tokenizer
+    detail = f"tokenizer.ggml.model: target {t.model!r} vs draft {d.model!r}"
+    if t.model != d.model or t.type is None:
+        detail = f"tokenizer.ggml.model: target {show(t)} vs draft {show(d)}"
+    return Rule("vocab type", ok, detail)
 
 
 def check(target: TokenizerInfo, draft: TokenizerInfo, kind: str = "draft") -> Verdict:
-    """Apply the engine's draft/target rules (see FACTS: common_speculative_are_compatible)."""
-    rules = [_same("vocab type", "tokenizer.ggml.model", target.vocab_type, draft.vocab_type)]
-    rules.append(_same("add BOS", "add_bos_token", target.add_bos, draft.add_bos))
-    if target.add_bos:
-        rules.append(_same("BOS id", "bos_token_id", target.bos_id, draft.bos_id))
-    rules.append(_same("add EOS", "add_eos_token", target.add_eos, draft.add_eos))
-    if target.add_eos:
-        rules.append(_same("EOS id", "eos_token_id", target.eos_id, draft.eos_id))
+    """Apply the engine's draft/target rules (`common_speculative_are_compatible`) to the
+    vocabs as the engine loads them (`engine_vocab`: its defaults where a header is silent)."""
+    t, d = engine_vocab(target), engine_vocab(draft)
+    rules = [_vocab_type(t, d)]
+    rules.append(_same("add BOS", "add_bos_token", "add_bos", t, d))
+    if t.add_bos:
+        rules.append(_same("BOS id", "bos_token_id", "bos", t, d))
+    rules.append(_same("add EOS", "add_eos_token", "add_eos", t, d))
+    if t.add_eos:
+        rules.append(_same("EOS id", "eos_token_id", "eos", t, d))
     nt, nd = target.n_vocab, draft.n_vocab
     diff = abs(nt - nd)
     within = diff <= VOCAB_MAX_SIZE_DIFFERENCE

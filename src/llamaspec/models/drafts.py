@@ -10,6 +10,7 @@ engine's rules (`compat.check`) judge it. Nothing is downloaded beyond headers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 from collections.abc import Iterator, Sequence
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import huggingface_hub as hf
 from huggingface_hub import errors as hf_errors
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from rich.markup import escape
 from rich.table import Table
 
@@ -29,7 +32,7 @@ from llamaspec.models import compat, hub
 # to cost little per token, large enough to agree with the target often.
 IDEAL_RATIO = 1 / 16
 QUANT = re.compile(r"(?i)(?:^|[-_.])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32)(?=[-_.])")
-SPLIT_PART = re.compile(r"-(\d{5})-of-\d{5}\.gguf$")
+SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 # Quantizations read first when a repo has several (the header is the same in all).
 PREFERRED = ("Q8_0", "Q4_K_M", "Q4_0", "F16")
 
@@ -131,19 +134,23 @@ def _api() -> hf.HfApi:
 
 
 def gguf_files(repo: str) -> list[tuple[str, int | None]]:
-    """The GGUF files of a Hub repo (first parts of split models only, no vision
-    projectors), with their sizes."""
+    """The GGUF files of a Hub repo (a split model as its first part, sized as all its
+    parts together; no vision projectors), with their sizes."""
     with hub_calls(f"Listing the files of {repo}"):
         tree = list(_api().list_repo_tree(repo, recursive=True))
-    out = []
+    sizes: dict[str, list[int | None]] = {}
     for entry in tree:
         name = getattr(entry, "path", "")
         if not name.endswith(".gguf") or "mmproj" in name.lower():
             continue
         part = SPLIT_PART.search(name)
-        if part and part[1] != "00001":
-            continue
-        out.append((name, getattr(entry, "size", None)))
+        first = f"{name[: part.start()]}-00001-of-{part[2]}.gguf" if part else name
+        sizes.setdefault(first, []).append(getattr(entry, "size", None))
+    out = []
+    for name, found in sizes.items():
+        part = SPLIT_PART.search(name)
+        whole = len(found) == (int(part[2]) if part else 1) and None not in found
+        out.append((name, sum(found) if whole else None))  # type: ignore[arg-type]
     return out
 
 
@@ -163,12 +170,17 @@ def _model(source: Source) -> ModelFile:
 
 
 def read(source: Source) -> compat.TokenizerInfo:
-    """The header of `source`: a local read, or HTTP range reads of its first megabytes."""
+    """The header of `source`: a local read, or HTTP range reads of its first megabytes; a
+    split GGUF is measured over all its parts (one more small header read per part)."""
+    return read_sized(source)[0]
+
+
+def read_sized(source: Source) -> tuple[compat.TokenizerInfo, int | None]:
+    """`read`, and the bytes of the whole model (every part of a split; None: unknown)."""
     if source.path is not None:
-        return compat.read_local(source.path)
-    model = _model(source)
-    remote = hub.remote_file(model, source.file)
-    return compat.read_header(hub.range_fetcher(model, remote), remote.size, source.label)
+        return compat.read_local_split(source.path), local_size(source.path)
+    info, size = hub.remote_split(_model(source), source.file, source.label)
+    return info, size or None
 
 
 # ---------------------------------------------------------------- the target
@@ -193,16 +205,12 @@ def resolve_target(text: str, catalog: ModelsFile) -> Source:
                 "(owner/name, or owner/name:file.gguf) or a model name from `llamaspec models "
                 "list`."
             )
-        return Source(None, path.name, path.stat().st_size, path.resolve())
+        return Source(None, path.name, local_size(path), path.resolve())
     repo, sep, file = text.partition(":")
     if not sep:
         parts = text.split("/")
         repo, file = "/".join(parts[:2]), "/".join(parts[2:])
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
-        raise LlamaspecError(
-            f"{text!r} is neither a file here nor a Hub repo (owner/name, or "
-            "owner/name:file.gguf), nor a model from `llamaspec models list`."
-        )
+    check_repo(repo, text)
     files = gguf_files(repo)
     if not files:
         raise LlamaspecError(
@@ -218,6 +226,35 @@ def resolve_target(text: str, catalog: ModelsFile) -> Source:
             )
         return Source(repo, file, sizes[file])
     return Source(repo, _pick(files), sizes[_pick(files)])
+
+
+def check_repo(repo: str, text: str) -> None:
+    """A Hub repo id as the Hub accepts it (huggingface_hub's own validator), in the
+    `owner/name` form: else one paragraph, before anything is asked of the Hub."""
+    why = "" if re.fullmatch(r"[^/\s]+/[^/\s]+", repo) else "it is not of the form owner/name"
+    if not why:
+        try:
+            validate_repo_id(repo)
+        except HFValidationError as exc:
+            why = str(exc).splitlines()[0] if str(exc) else "the Hub refuses it"
+    if why:
+        raise LlamaspecError(
+            f"{text!r} is neither a file here nor a Hub repo id ({repo!r}: {why}), nor a "
+            "model from `llamaspec models list`. Give a local GGUF, a model name, or a repo as "
+            "owner/name (letters, digits, '-', '_' and '.', as in the repo's URL), optionally "
+            "with :file.gguf."
+        )
+
+
+def local_size(path: Path) -> int:
+    """The bytes of a local GGUF, every part of a split one together (the parts beside it;
+    a missing part is left out here and named when the headers are read)."""
+    m = compat.SPLIT_NAME.match(path.name)
+    if not m:
+        return path.stat().st_size
+    count = int(m["count"])
+    names = (f"{m['stem']}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1))
+    return sum(p.stat().st_size for p in (path.with_name(n) for n in names) if p.is_file())
 
 
 def _pick(files: Sequence[tuple[str, int | None]]) -> str:
@@ -263,9 +300,11 @@ def find(
 ) -> Found:
     """Search, read and judge; the candidates ranked (see `rank`)."""
     try:
-        info = read(target)
+        info, size = read_sized(target)
     except LlamaspecError as exc:
         raise LlamaspecError(f"The target's header cannot be read: {exc}") from None
+    if size and size != target.size:  # a catalog model without a size, a split one in parts
+        target = dataclasses.replace(target, size=size)
     terms = family_terms(info, extra_terms)
     if not terms:
         raise LlamaspecError(

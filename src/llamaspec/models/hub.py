@@ -194,12 +194,13 @@ def _check_server_id(
     )
 
 
-def range_fetcher(model: ModelFile, remote: RemoteFile) -> Callable[[int], bytes]:
-    """`fetch(n)` → the file's first n bytes, by an HTTP range request (redirects followed)."""
+def range_fetcher(model: ModelFile, remote: RemoteFile) -> compat.Fetch:
+    """`fetch(start, end)` → the file's bytes start..end-1, by an HTTP range request
+    (redirects followed); a server that ignores Range has the bytes before `start` skipped."""
     headers = hf.utils.build_hf_headers(token=_token())
 
-    def fetch(n: int) -> bytes:
-        range_header = {**headers, "Range": f"bytes=0-{n - 1}"}
+    def fetch(start: int, end: int) -> bytes:
+        range_header = {**headers, "Range": f"bytes={start}-{end - 1}"}
         with (
             hub_errors(model, remote.filename),
             httpx.Client(follow_redirects=True, timeout=60) as client,
@@ -208,12 +209,13 @@ def range_fetcher(model: ModelFile, remote: RemoteFile) -> Callable[[int], bytes
             if resp.status_code in (401, 403, 404):
                 hf.utils.hf_raise_for_status(resp)
             resp.raise_for_status()
+            skip = start if resp.status_code == 200 else 0  # the whole file, from byte 0
             out = bytearray()
             for chunk in resp.iter_bytes():
                 out += chunk
-                if len(out) >= n:  # a server that ignores Range: stop reading
+                if len(out) >= skip + end - start:  # a server that ignores Range: stop
                     break
-            return bytes(out[:n])
+            return bytes(out[skip : skip + end - start])
 
     return fetch
 
@@ -223,6 +225,23 @@ def remote_tokenizer(model: ModelFile) -> compat.TokenizerInfo:
     first = model.parts[0]
     remote = remote_file(model, first)
     return compat.read_header(range_fetcher(model, remote), remote.size, f"{model.repo}/{first}")
+
+
+def remote_split(model: ModelFile, filename: str, label: str) -> tuple[compat.TokenizerInfo, int]:
+    """The header of a hub file with every part of its split counted (`compat.read_split`:
+    one small range read per later part), and the bytes of all the parts (0: unknown)."""
+    remote = remote_file(model, filename)
+    info = compat.read_header(range_fetcher(model, remote), remote.size, label)
+    sizes = [remote.size]
+
+    def part(name: str) -> compat.TokenizerInfo:
+        other = remote_file(model, name)
+        sizes.append(other.size)
+        where = f"{model.repo}/{name}"
+        return compat.read_header(range_fetcher(model, other), other.size, where, compat.PART_READ)
+
+    info = compat.read_split(info, filename, part)
+    return info, 0 if None in sizes else sum(sizes)  # type: ignore[arg-type]
 
 
 def cached_path(model: ModelFile, filename: str, locked: dict | None = None) -> Path | None:
