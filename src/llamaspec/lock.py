@@ -1,10 +1,11 @@
 """llamaspec.lock: the full SHAs a build used (pins and patch commits), committed.
 
 Two files: the project's (the checkout's, written only by maintainers' commands such as
-`nox -s lock`, or the one shipped in the package) and this user's, in the user data dir.
-`models pull` records the pins of the user's own models (the user config dir's
-models.yaml) in the user's lock, never in the checkout's; an installed llamaspec writes
-everything it records there. `load` reads both, the user's over the project's.
+`nox -s lock` and the bump, or the one shipped in the package) and this user's, in the user
+data dir. `models pull` records what it verified in the user's lock, never in the
+checkout's, so no user command changes a tracked file. `load` reads both: the project's pins
+win for the project's models, the user's for the user's own models (the user config dir's
+models.yaml) and for models the project's lock does not pin.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ HEADER = (
 )
 USER_HEADER = (
     "# This user's llamaspec lock, written by `llamaspec models pull`: the hub commit and\n"
-    "# sha256 of the files of the user's own models (models.yaml in the user config dir),\n"
-    "# read over the project's llamaspec.lock. Never part of a checkout.\n"
+    "# sha256 of every model file it verified, read beside the project's llamaspec.lock.\n"
+    "# Never part of a checkout.\n"
 )
 
 
@@ -60,8 +61,9 @@ def user_handles() -> frozenset[str]:
 
 
 def load(root: Path) -> dict:
-    """The lock the commands read: the project's, with the user's over it (the pins of the
-    user's own models; for an installed llamaspec, everything it recorded)."""
+    """The lock the commands read: the project's with the user's beside it (the user's pins
+    win for the user's own models and fill in models the project does not pin; for an
+    installed llamaspec, the user's lock holds everything it recorded)."""
     data = _read(root / LOCK)
     if is_packaged(root):  # an installed llamaspec records everything under the user data dir
         mine = _read(user_lock())
@@ -70,13 +72,9 @@ def load(root: Path) -> dict:
                 data[key] = {**data[key], **mine[key]} if key == "models" else mine[key]
         return data
     own = user_handles()
-    if not own:
-        return data
-    mine = _read(user_lock())
-    data["models"] = {
-        **data["models"],
-        **{h: record for h, record in mine["models"].items() if h in own},
-    }
+    for handle, record in _read(user_lock())["models"].items():
+        if handle not in data["models"] or handle in own:
+            data["models"][handle] = record
     return data
 
 
@@ -103,23 +101,17 @@ def _write(path: Path, header: str, data: dict) -> Path:
 
 
 def record_model(root: Path, handle: str, record: dict) -> Path | None:
-    """Record a model's pins after its first verified download: the user's own model in the
-    user's lock, a project model in the project's (`save`). Returns the file written, None
-    when it already held this record."""
-    if not is_packaged(root) and handle in user_handles():
-        path = user_lock()
-        raw = load_yaml_text(path.read_text(), str(path)) if path.is_file() else None
-        data = raw if isinstance(raw, dict) else {}
-        models = data.get("models") if isinstance(data.get("models"), dict) else {}
-        if models.get(handle) == record:
-            return None
-        data["models"] = {**models, handle: record}
-        return _write(path, USER_HEADER, data)
-    lock = load_project(root)
-    if lock["models"].get(handle) == record:
+    """Record a model's pins after its first verified download, in the user's lock (the
+    checkout's is the maintainers'). Returns the file written, None when the lock already
+    read this record."""
+    if load(root)["models"].get(handle) == record:
         return None
-    lock["models"][handle] = record
-    return save(root, lock)
+    path = user_lock()
+    raw = load_yaml_text(path.read_text(), str(path)) if path.is_file() else None
+    data = raw if isinstance(raw, dict) else {}
+    models = data.get("models") if isinstance(data.get("models"), dict) else {}
+    data["models"] = {**models, handle: record}
+    return _write(path, USER_HEADER, data)
 
 
 def patch_commits(entry: PatchEntry, lock: dict) -> tuple[str, ...] | None:

@@ -33,6 +33,7 @@ class Env:
         self.root = tmp / "project"
         self.root.mkdir()
         self.hf_home = tmp / "hf"
+        self.user_lock = tmp / "data" / "llamaspec.lock"  # pulls pin here, not in the root
         self.hub = hub
         self.models: dict[str, dict] = {}
         self.pairs: dict[str, dict] = {}
@@ -40,6 +41,7 @@ class Env:
             **os.environ,
             "LLAMASPEC_ROOT": str(self.root),
             "LLAMASPEC_CACHE": str(tmp / "cache"),
+            "LLAMASPEC_DATA": str(tmp / "data"),
             "HF_HOME": str(self.hf_home),
             "HF_ENDPOINT": hub.url,
             "HF_HUB_DISABLE_XET": "1",
@@ -103,7 +105,8 @@ def test_pull_checks_downloads_verifies_and_locks(env: Env, tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "vocab size" in out and "within 128, ok" in out
-    lock = yaml.safe_load((env.root / "llamaspec.lock").read_text())
+    lock = yaml.safe_load(env.user_lock.read_text())
+    assert not (env.root / "llamaspec.lock").exists()  # no user command writes the project's
     target_sha = env.hub.repos["org/target-GGUF"].files["target-q8_0.gguf"].sha256
     assert lock["models"]["tgt"]["sha256"] == {"target-q8_0.gguf": target_sha}
     assert lock["models"]["tgt"]["revision"] == env.hub.repos["org/target-GGUF"].commit
@@ -269,7 +272,7 @@ def test_split_gguf_pulls_every_part(env: Env, tmp_path: Path) -> None:
     env.pairs["split-ngram"] = {"target": "split", "spec": "ngram"}
     proc = env.cli("models", "pull", "split-ngram")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lock = yaml.safe_load((env.root / "llamaspec.lock").read_text())
+    lock = yaml.safe_load(env.user_lock.read_text())
     assert list(lock["models"]["split"]["sha256"]) == names
     assert len(env.blobs()) == 2
     assert "big-Q4_K_M-00001-of-00002.gguf" in proc.stdout
@@ -287,7 +290,7 @@ def test_corrupt_cached_model_is_detected_and_downloaded_again(
     env.pairs["c-ngram"] = {"target": "c", "spec": "ngram"}
     first = env.cli("models", "pull", "c-ngram")
     assert first.returncode == 0, first.stdout + first.stderr
-    lock_before = (env.root / "llamaspec.lock").read_text()
+    lock_before = env.user_lock.read_text()
     (blob,) = env.blobs()
     data = bytearray(blob.read_bytes())
     at = 8 if where == "header" else len(data) // 2
@@ -299,7 +302,7 @@ def test_corrupt_cached_model_is_detected_and_downloaded_again(
     assert "corrupt" in again.stdout and "downloading it again" in " ".join(again.stdout.split())
     (blob,) = env.blobs()
     assert blob.read_bytes() == f.read_bytes()
-    assert (env.root / "llamaspec.lock").read_text() == lock_before
+    assert env.user_lock.read_text() == lock_before
     full = [g for g in env.hub.content_gets()[gets:] if not g.range]
     assert len(full) == 1 and full[0].sent == f.stat().st_size
 

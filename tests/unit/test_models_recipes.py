@@ -888,6 +888,24 @@ def test_pulling_a_user_pair_pins_it_in_the_users_lock_not_the_checkouts(pulls: 
     assert (pulls.root / "llamaspec.lock").read_bytes() == before
 
 
+def test_pulling_a_project_pair_leaves_the_checkouts_lock_alone(pulls: _Pulls) -> None:
+    """No user command writes the tracked llamaspec.lock: a project pair the checkout's lock
+    does not pin yet is recorded in the user's lock, and read from there."""
+    from llamaspec import lock
+
+    before = (pulls.root / "llamaspec.lock").read_bytes()
+    said = pulls.pull("proj-ngram")
+    assert (pulls.root / "llamaspec.lock").read_bytes() == before
+    mine = yaml.safe_load((pulls.data / "llamaspec.lock").read_text())
+    sha = pulls.hub.repos["org/p-GGUF"].files["p.gguf"].sha256
+    assert mine["models"]["proj"]["sha256"] == {"p.gguf": sha}
+    assert f"in {pulls.data}" in said
+    assert lock.load(pulls.root)["models"]["proj"] == mine["models"]["proj"]
+    again = pulls.pull("proj-ngram")
+    assert "recorded" not in again
+    assert (pulls.root / "llamaspec.lock").read_bytes() == before
+
+
 def test_a_maintainers_lock_write_never_takes_the_users_pins(pulls: _Pulls) -> None:
     from llamaspec import lock
 
