@@ -35,6 +35,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(request: pytest.FixtureRequest, tmp_path_factory, monkeypatch) -> None:
-    """Unit tests never touch the user's cache; integration tests share it (and its builds)."""
+    """Unit tests never touch the user's cache, data (its lock) or config dirs; integration
+    tests share the cache (and its builds)."""
     if request.node.get_closest_marker("unit"):
         monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path_factory.mktemp("cache")))
+        monkeypatch.setenv("LLAMASPEC_DATA", str(tmp_path_factory.mktemp("data")))
+        config = tmp_path_factory.mktemp("config")
+        monkeypatch.setenv("LLAMASPEC_CONFIG_DIR", str(config))
