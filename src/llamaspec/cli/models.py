@@ -340,7 +340,7 @@ def _command(
 
 
 def _serve(args: argparse.Namespace, console: Console) -> None:
-    from llamaspec.engine.artifact import newest_artifact
+    from llamaspec.engine.artifact import load_artifact, newest_artifact
     from llamaspec.models import catalog as models
     from llamaspec.models import recipes
 
@@ -348,14 +348,19 @@ def _serve(args: argparse.Namespace, console: Console) -> None:
     recipe, catalog = recipes.find(args.recipe, root)
     if not args.artifact:
         args.artifact = newest_artifact(args.dist, args.engine)
-    files = models.pull(catalog, recipe.pair, root, console)
-    cmd, artifact = _command(args, recipe, files.target, files.draft, console)
-    rpc_hosts = recipe.for_engine(artifact.manifest["engine"]).server.rpc if artifact else ()
-    if artifact is not None and "rpc" in (artifact.manifest.get("variants") or ()) and rpc_hosts:
+    # cheap checks first: the build and the rpc hosts, before any download
+    artifact = load_artifact(args.dist, args.artifact)
+    rpc_hosts = recipe.for_engine(artifact.manifest["engine"]).server.rpc
+    if rpc_hosts:
+        from llamaspec.models.dialects import no_rpc_build
         from llamaspec.runtime import rpc
 
+        if "rpc" not in (artifact.manifest.get("variants") or ()):
+            raise LlamaspecError(no_rpc_build(f"Recipe {recipe.name!r}", rpc_hosts))
         for host, version in rpc.check_hosts(artifact, rpc_hosts).items():
             console.print(f"serve: rpc host {host} answers, protocol {'.'.join(map(str, version))}")
+    files = models.pull(catalog, recipe.pair, root, console)
+    cmd, _ = _command(args, recipe, files.target, files.draft, console)
     console.print(f"serve: {cmd.shell()}")
     console.print(f"serve: listening on http://{args.host}:{args.port} (Ctrl-C stops it)")
     os.execv(cmd.argv[0], list(cmd.argv))

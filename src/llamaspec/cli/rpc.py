@@ -99,6 +99,8 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
         return False
     from llamaspec.runtime import rpc
 
+    if args.rpc_command == "serve":  # the address first: before any artifact is looked at
+        rpc.check_bind(args.host, args.allow_all_interfaces)
     artifact = _artifact(args)
     if args.rpc_command == "check":
         versions = rpc.check_hosts(artifact, args.hosts, args.timeout)
