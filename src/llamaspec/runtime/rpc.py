@@ -73,7 +73,11 @@ def check_bind(host: str, allow_all_interfaces: bool = False) -> str:
     only with `allow_all_interfaces`, and then spelled 0.0.0.0."""
     if binds_everywhere(host):
         if not allow_all_interfaces:
-            read = "" if host in ("0.0.0.0", "::", "") else f" (the engine reads {host!r} so)"
+            read = ""
+            if netaddr.c_ipv4(host) and host != "0.0.0.0":
+                read = f" (its inet_addr reads {host!r} as 0.0.0.0)"
+            elif host not in ("0.0.0.0", "::", ""):
+                read = f" ({host!r} means every interface)"
             raise LlamaspecError(
                 f"--host {host or '(empty)'} would let every network this machine is on reach "
                 f"the rpc-server{read}, whose protocol has no authentication or encryption. "
