@@ -407,6 +407,9 @@ def test_offload_options_follow_one_rule_in_every_dialect(dialect: str) -> None:
                     recipe, engine, dialect, "t", "d", backend=backend, variants=variants
                 )
             except LlamaspecError as exc:
+                if recipe.server.rpc and "rpc" not in variants:  # refused, not run locally
+                    assert "build with `llamaspec build --variant rpc`" in str(exc).lower()
+                    continue
                 assert "asks for spec type" in str(exc) or "stacks" in str(exc)
                 break
             argv = set(cmd.argv)
@@ -427,11 +430,20 @@ def test_without_an_artifact_a_recipe_naming_rpc_servers_keeps_offload() -> None
     recipe = config.load_recipes(ROOT)["llama-3.3-70b-rpc-draft"]
     cmd = recipes.render(recipe, "llama.cpp", "upstream", "t", "d", backend="cpu")
     assert {"--rpc", "-ngl", "--spec-draft-ngl", "--spec-draft-device"} <= set(cmd.argv)
-    ik = recipes.render(recipe, "ik_llama.cpp", "ik-legacy", "t", "d", backend="cpu", variants=[])
-    assert not {"--rpc", "-ngl", "-ngld", "-devd"} & set(ik.argv)
-    assert any(
-        n.startswith("dropped --rpc 192.168.1.20:50052: the build has no RPC") for n in ik.notes
-    )
+
+
+def test_a_build_without_rpc_refuses_a_recipe_with_rpc_hosts() -> None:
+    """Issue 42: the rpc settings were dropped with a note and every layer of the 70B ran
+    on this host (out of memory); now it is a refusal naming the hosts and the fix."""
+    recipe = config.load_recipes(ROOT)["llama-3.3-70b-rpc-draft"]
+    for engine, dialect in (("ik_llama.cpp", "ik-legacy"), ("llama.cpp", "upstream")):
+        for backend in ("cpu", "cuda"):
+            with pytest.raises(LlamaspecError) as exc:
+                recipes.render(recipe, engine, dialect, "t", "d", backend=backend, variants=[])
+            text = str(exc.value)
+            assert "192.168.1.20:50052" in text and "llamaspec build --variant rpc" in text
+    cmd = recipes.render(recipe, "llama.cpp", "upstream", "t", "d", variants=["rpc"])
+    assert "--rpc" in cmd.argv
 
 
 def _recipe(**kw) -> config.Recipe:

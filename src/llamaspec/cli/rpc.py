@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llamaspec.cli import shared
 from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
@@ -25,14 +26,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest rpc one")
     s.add_argument("--dist", type=Path, default=default_out("dist"))
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    s.add_argument("--port", type=int, default=50052, help="TCP port (default 50052)")
+    s.add_argument("--port", type=shared.port, default=50052, help="TCP port (default 50052)")
     s.add_argument(
         "--device",
         action="append",
         default=[],
         help="device to serve, e.g. CPU, CUDA0 (repeatable; default: the server's own choice)",
     )
-    s.add_argument("--threads", type=int, help="threads for the CPU device")
+    s.add_argument("--threads", type=shared.positive, help="threads for the CPU device")
     s.add_argument("--cache", action="store_true", help="keep a local cache of sent tensors")
     s.add_argument(
         "--allow-all-interfaces",
@@ -44,10 +45,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c = rs.add_parser(
         "check", help="check that rpc hosts answer and speak the artifact's protocol version"
     )
-    c.add_argument("hosts", nargs="+", metavar="HOST:PORT")
+    c.add_argument("hosts", nargs="+", metavar="HOST:PORT", type=shared.rpc_endpoint)
     c.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest rpc one")
     c.add_argument("--dist", type=Path, default=default_out("dist"))
-    c.add_argument("--timeout", type=float, default=5.0, help="seconds per host (default 5)")
+    c.add_argument(
+        "--timeout", type=shared.seconds, default=5.0, help="seconds per host (default 5)"
+    )
     c.set_defaults(handler=cmd_rpc_check)
     st = rs.add_parser(
         "study",
@@ -99,6 +102,7 @@ def cmd_rpc_study(args: argparse.Namespace, console: Console) -> None:
 def cmd_rpc_serve(args: argparse.Namespace, console: Console) -> None:
     from llamaspec.runtime import rpc
 
+    rpc.check_bind(args.host, args.allow_all_interfaces)  # the address before any artifact
     artifact = rpc.rpc_artifact(args.dist, args.artifact)
     opts = rpc.ServeOptions(
         host=args.host,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Literal, get_args
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -15,6 +15,7 @@ from llamaspec.config.engines import ENGINES
 from llamaspec.config.loader import Frozen, RelPath, parse, read_yaml
 from llamaspec.config.models import Handle, ModelsFile, load_models
 from llamaspec.errors import LlamaspecError, did_you_mean
+from llamaspec.netaddr import RPC_ENDPOINT_PATTERN, RpcEndpoint, endpoint_key
 from llamaspec.paths import is_packaged, project_root, user_config, user_data
 
 SpecType = Literal[
@@ -54,9 +55,6 @@ class SpecSettings(Frozen):
         return self
 
 
-RPC_ENDPOINT = r"^[A-Za-z0-9_.:\[\]-]+:\d{1,5}$"
-
-
 class Placement(Frozen):
     """Where a recipe's models go when it names rpc hosts. Each entry is `local` (this
     host's CPU: the layers not offloaded stay there), one of the recipe's `rpc` endpoints
@@ -78,21 +76,26 @@ class ServerSettings(Frozen):
     flash_attn: Literal["on", "off", "auto"] | None = None
     ctx_checkpoints: int | None = Field(default=None, ge=0)
     checkpoint_min_step: int | None = Field(default=None, ge=1)
-    rpc: tuple[Annotated[str, Field(pattern=RPC_ENDPOINT)], ...] = ()
+    rpc: tuple[RpcEndpoint, ...] = ()
     placement: Placement | None = None
     extra: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _placement(self) -> ServerSettings:
+        keys = [endpoint_key(e) for e in self.rpc]
+        twice = [e for i, e in enumerate(self.rpc) if keys[i] in keys[:i]]
+        if twice:
+            raise ValueError(
+                f"rpc host {twice[0]} is listed twice (llama-server would make two RPC devices "
+                "of one server); list each host once"
+            )
         if self.placement is None:
             return self
-        if len(set(self.rpc)) != len(self.rpc):
-            raise ValueError("an rpc host is listed twice")
         named = [*self.placement.target, *([self.placement.draft] if self.placement.draft else [])]
         for where in named:
             if where in self.rpc or where == "local":
                 continue
-            if re.match(RPC_ENDPOINT, where) and not re.match(r"^[A-Za-z]+\d+$", where):
+            if re.match(RPC_ENDPOINT_PATTERN, where) and not re.match(r"^[A-Za-z]+\d+$", where):
                 raise ValueError(
                     f"placement names {where!r}, which is not in `rpc` "
                     f"({', '.join(self.rpc) or 'empty'}); add it there or name `local`"

@@ -293,11 +293,14 @@ def render(
     With `server`, the full command (binary, model, host, port, server settings, spec,
     `server.extra`); without it, the speculative arguments alone. `offload=False` drops
     every `OFFLOAD_ONLY` option (also inside `server.extra`) with a note; `rpc_build=False`
-    drops `--rpc`. None keeps them."""
+    refuses a server that names rpc hosts (its layers would all stay on this host) and
+    drops `--rpc` from `server.extra`. None keeps them."""
     d = find_dialect(name)
     why = refusal(d, spec.types, subject, where or d.engine, server)
     if why:
         raise LlamaspecError(why)
+    if rpc_build is False and server is not None and server.rpc:
+        raise LlamaspecError(no_rpc_build(subject, server.rpc))
     notes: list[str] = []
     argv: list[str] = []
     if server is not None:
@@ -331,6 +334,16 @@ def render(
     if rpc_build is False:
         argv = _drop(argv, RPC_ONLY, notes, "the build has no RPC (build with --variant rpc)")
     return Rendered(tuple(argv), tuple(notes))
+
+
+def no_rpc_build(subject: str, hosts: Sequence[str]) -> str:
+    """Why a build without the rpc variant cannot serve a recipe that names rpc hosts."""
+    return (
+        f"{subject} puts layers on rpc hosts ({', '.join(hosts)}), but the build has no RPC "
+        "(it was built without the rpc variant): llama-server would load every layer on this "
+        "host, which a model split across hosts need not fit. Build with `llamaspec build "
+        "--variant rpc` (the same backend and pin), or use a recipe without `rpc:`."
+    )
 
 
 def rpc_device_name(d: Dialect, rpc: Sequence[str], where: str) -> str | None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llamaspec.errors import LlamaspecError
+from llamaspec.netaddr import parse_endpoint
 
 CLONE_NEWNET = 0x40000000
 SUBNET = "10.231.0"
@@ -271,9 +272,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("rtt_ms", type=float, help="round trip added, in milliseconds")
     p.add_argument("--stats", help="on SIGUSR1, write the byte and turn counts here (JSON)")
     a = p.parse_args(argv)
-    lh, _, lp = a.listen.rpartition(":")
-    th, _, tp = a.target.rpartition(":")
-    asyncio.run(_serve((lh, int(lp)), (th, int(tp)), a.rtt_ms / 2000, a.stats))
+    listen = parse_endpoint(a.listen, "listen")
+    target = parse_endpoint(a.target, "target")
+    asyncio.run(_serve(listen, target, a.rtt_ms / 2000, a.stats))
 
 
 if __name__ == "__main__":

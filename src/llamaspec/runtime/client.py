@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import math
 import os
 import re
@@ -75,10 +76,23 @@ class Completion:
     tokens_predicted: int | None = None  # as the server reports it
 
 
+LOOPBACK_FIX = (
+    "The loopback interface is down or has no address, as in a fresh network namespace: "
+    "bring it up (`ip link set lo up`; `ip addr show lo` should list 127.0.0.1), or run "
+    "where 127.0.0.1 is reachable."
+)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            return s.getsockname()[1]
+    except OSError as exc:
+        raise LlamaspecError(
+            f"Cannot bind a port on {HOST} for llama-server ({exc.strerror or exc}). "
+            + LOOPBACK_FIX
+        ) from None
 
 
 def tail(path: Path, n: int = 40) -> str:
@@ -97,10 +111,11 @@ class Server:
     log: Path
     proc: subprocess.Popen
     returns_tokens: bool | None = None  # learnt from the first /completion reply
+    host: str = HOST
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def failure(self, what: str) -> LlamaspecError:
         return LlamaspecError(
@@ -204,20 +219,54 @@ def running(
         _stop(proc)
 
 
+# Connection errors that waiting does not heal: the network stack cannot reach the address
+# at all (loopback down, no address). A refused connection is the server still loading.
+UNHEALABLE = frozenset({errno.ENETUNREACH, errno.ENETDOWN, errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT})
+STRIKES = 4  # consecutive unhealable errors before the start is given up
+
+
+def unhealable(exc: BaseException) -> OSError | None:
+    """The OS error under a failed request (httpx wraps it twice) when it is one that
+    waiting does not heal, else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in UNHEALABLE:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def _wait_ready(server: Server, timeout: float) -> None:
+    """Until /health answers 200 (the model is loaded). A refused connection is waited on
+    while the process lives; a process that exits, or a health check that fails again and
+    again with an error waiting cannot heal, ends the wait at once with the cause."""
     deadline = time.monotonic() + timeout
+    last, strikes = "no health check answered", 0
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
             raise server.failure(
                 f"llama-server exited during start-up (exit {server.proc.returncode})"
             )
         try:
-            if httpx.get(server.url + "/health", timeout=5).status_code == 200:
+            status = httpx.get(server.url + "/health", timeout=5).status_code
+            if status == 200:
                 return
-        except httpx.HTTPError:
-            pass
+            last, strikes = f"/health answered HTTP {status}", 0
+        except httpx.HTTPError as exc:
+            cause = unhealable(exc)
+            last = f"{exc}" or type(exc).__name__
+            strikes = strikes + 1 if cause is not None else 0
+            if cause is not None and strikes >= STRIKES:
+                name = errno.errorcode.get(cause.errno or 0, "")
+                raise server.failure(
+                    f"llama-server's health check cannot reach {server.url}: "
+                    f"{cause.strerror or cause} ({name}), {strikes} times in a row while the "
+                    f"server runs; waiting does not heal that. {LOOPBACK_FIX}"
+                ) from None
         time.sleep(0.25)
-    raise server.failure(f"llama-server was not healthy after {timeout:.0f}s")
+    raise server.failure(
+        f"llama-server was not healthy after {timeout:.0f}s (the last health check: {last})"
+    )
 
 
 def _stop(proc: subprocess.Popen) -> None:

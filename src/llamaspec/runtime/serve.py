@@ -125,9 +125,9 @@ def render(
 
 
 def serve(name: str, opts: RenderOptions, console: Console, root: Path | None = None) -> NoReturn:
-    """Download and check the recipe's pair, render it for the artifact (default: the newest
-    in `dist`), check its RPC hosts, then become the server (foreground)."""
-    from llamaspec.engine.artifact import newest_artifact
+    """Check the build and the recipe's RPC hosts, then download and check its pair, render
+    it for the artifact (default: the newest in `dist`) and become the server (foreground)."""
+    from llamaspec.engine.artifact import load_artifact, newest_artifact
     from llamaspec.models import catalog as models
     from llamaspec.models import recipes
 
@@ -135,14 +135,19 @@ def serve(name: str, opts: RenderOptions, console: Console, root: Path | None = 
     recipe, catalog = recipes.find(name, root)
     if not opts.artifact:
         opts = replace(opts, artifact=newest_artifact(opts.dist, opts.engine))
-    files = models.pull(catalog, recipe.pair, root, console)
-    cmd, artifact = render(opts, recipe, files.target, files.draft, console)
-    rpc_hosts = recipe.for_engine(artifact.manifest["engine"]).server.rpc if artifact else ()
-    if artifact is not None and "rpc" in (artifact.manifest.get("variants") or ()) and rpc_hosts:
+    # cheap checks first: the build and the rpc hosts, before any download
+    artifact = load_artifact(opts.dist, opts.artifact)
+    rpc_hosts = recipe.for_engine(artifact.manifest["engine"]).server.rpc
+    if rpc_hosts:
+        from llamaspec.models.dialects import no_rpc_build
         from llamaspec.runtime import rpc
 
+        if "rpc" not in (artifact.manifest.get("variants") or ()):
+            raise LlamaspecError(no_rpc_build(f"Recipe {recipe.name!r}", rpc_hosts))
         for host, version in rpc.check_hosts(artifact, rpc_hosts).items():
             console.print(f"serve: rpc host {host} answers, protocol {'.'.join(map(str, version))}")
+    files = models.pull(catalog, recipe.pair, root, console)
+    cmd, _ = render(opts, recipe, files.target, files.draft, console)
     console.print(f"serve: {cmd.shell()}")
     console.print(f"serve: listening on http://{opts.host}:{opts.port} (Ctrl-C stops it)")
     os.execv(cmd.argv[0], list(cmd.argv))
