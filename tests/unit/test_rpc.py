@@ -455,6 +455,11 @@ def _serve_setup(tmp_path: Path, monkeypatch, variants: list[str]) -> tuple[Path
         f"server: {{rpc: ['127.0.0.1:{port}']}}\n"
     )
     monkeypatch.setenv("LLAMASPEC_CONFIG_DIR", str(tmp_path / "cfg"))
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import: set the constant too (restored
+    # after the test), or a first import here would leave every later test offline
+    from huggingface_hub import constants as hf_constants
+
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     return dist, port
