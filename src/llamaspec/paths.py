@@ -22,6 +22,11 @@ def cache_dir() -> Path:
 
 def writable_dir(path: Path, what: str, fix: str) -> Path:
     """`path` as a directory llamaspec can write into (created if missing), or one paragraph."""
+    if env and not path.exists():  # set by hand: a typo would hide the user's pairs
+        raise LlamaspecError(
+            f"{what} does not exist; create it (`mkdir -p {path}`) or {fix}, or unset "
+            "LLAMASPEC_CONFIG_DIR to use the default."
+        )
     if path.exists() and not path.is_dir():
         raise LlamaspecError(f"{what} is a file, not a directory; {fix}.")
     try:
@@ -85,6 +90,11 @@ def user_config() -> Path:
     path = Path(env) if env else Path(platformdirs.user_config_dir("llamaspec"))
     what = f"The user config directory {path}" + (" (LLAMASPEC_CONFIG_DIR)" if env else "")
     fix = "point LLAMASPEC_CONFIG_DIR at a directory you can read (llamaspec never writes there)"
+    if env and not path.exists():  # set by hand: a typo would hide the user's pairs
+        raise LlamaspecError(
+            f"{what} does not exist; create it (`mkdir -p {path}`) or {fix}, or unset "
+            "LLAMASPEC_CONFIG_DIR to use the default."
+        )
     if path.exists() and not path.is_dir():
         raise LlamaspecError(f"{what} is a file, not a directory; {fix}.")
     if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):

@@ -68,6 +68,7 @@ def env(tmp_path: Path, gemma_path: Path):
             "license": "gemma",
         }
         e.env["LLAMASPEC_CACHE"] = str(gemma_path.parents[1])  # the session's embedded model
+        (tmp_path / "config").mkdir()  # a LLAMASPEC_CONFIG_DIR must exist
         e.env["LLAMASPEC_CONFIG_DIR"] = str(tmp_path / "config")
         shutil.copy(ROOT / "engines.yaml", e.root / "engines.yaml")
         shutil.copytree(ROOT / "patches", e.root / "patches")  # verify reads the catalog

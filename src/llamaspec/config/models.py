@@ -116,6 +116,14 @@ def load_models(root: Path | None = None) -> ModelsFile:
         if not isinstance(raw, dict) or not isinstance(mine, dict):
             bad = user if isinstance(raw, dict) else path
             raise LlamaspecError(f"{bad} must be a mapping with `models:` and `pairs:`.")
+        for key, file in ((k, f) for k in ("models", "pairs") for f in (user, path)):
+            value = (mine if file == user else raw).get(key)
+            if value is not None and not isinstance(value, dict):
+                raise LlamaspecError(
+                    f"{file}: `{key}:` must be a mapping of names to entries (name: {{...}}), "
+                    f"not a {type(value).__name__}; see docs/guides/pairs-and-recipes.md for "
+                    "the form."
+                )
         raw = {
             **raw,
             **{k: {**(raw.get(k) or {}), **(mine.get(k) or {})} for k in ("models", "pairs")},

@@ -64,7 +64,26 @@ def load_artifact(dist: Path, artifact_id: str) -> Artifact:
             "build one with `nox -s build-cpu`."
         )
     path = matches[0]
-    return Artifact(path.name, path, json.loads((path / "manifest.json").read_text()), True)
+    return Artifact(path.name, path, read_manifest(path / "manifest.json"), True)
+
+
+def read_manifest(path: Path) -> dict:
+    """An artifact's manifest.json; one paragraph when it is not one llamaspec wrote."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "it is not valid JSON"
+        raise LlamaspecError(
+            f"{path} cannot be read ({why}): that artifact's build record is damaged. Remove "
+            f"{path.parent} and build it again (`llamaspec build`), or name another with "
+            "--artifact."
+        ) from None
+    if not isinstance(data, dict):
+        raise LlamaspecError(
+            f"{path} is not an artifact manifest (a JSON object): remove {path.parent} and "
+            "build it again (`llamaspec build`), or name another with --artifact."
+        )
+    return data
 
 
 def newest_artifact(dist: Path, engine: str | None = None) -> str:
@@ -73,7 +92,7 @@ def newest_artifact(dist: Path, engine: str | None = None) -> str:
         (
             p
             for p in dist.glob("*/manifest.json")
-            if engine is None or json.loads(p.read_text()).get("engine") == engine
+            if engine is None or read_manifest(p).get("engine") == engine
         ),
         key=lambda p: p.stat().st_mtime,
     )
