@@ -22,11 +22,6 @@ def cache_dir() -> Path:
 
 def writable_dir(path: Path, what: str, fix: str) -> Path:
     """`path` as a directory llamaspec can write into (created if missing), or one paragraph."""
-    if env and not path.exists():  # set by hand: a typo would hide the user's pairs
-        raise LlamaspecError(
-            f"{what} does not exist; create it (`mkdir -p {path}`) or {fix}, or unset "
-            "LLAMASPEC_CONFIG_DIR to use the default."
-        )
     if path.exists() and not path.is_dir():
         raise LlamaspecError(f"{what} is a file, not a directory; {fix}.")
     try:
