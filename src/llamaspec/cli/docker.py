@@ -61,6 +61,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = dsub.add_parser("pull", help="pull the image for this host and print how to run it")
     options.add(p, "engine", "backend", "pin")
     p.set_defaults(backend=None)
+    p._option_string_actions["--backend"].help = "cpu, cuda or vulkan (default: this host's)"
     p.add_argument(
         "--registry",
         help="registry to pull from (default: LLAMASPEC_REGISTRY, else the user config's "
