@@ -39,10 +39,29 @@ if [ -s "$root/cpu-needs.txt" ] && [ -r /proc/cpuinfo ]; then
     case "$have" in *" $flag "*) ;; *) missing="$missing $flag" ;; esac
   done
   if [ -n "$missing" ]; then
+    why="$(sed -n 2p "$root/cpu-needs.txt")"
+    engine="$(sed -n 's/^engine=//p' "$root/labels.txt" 2>/dev/null)"
+    backend="$(sed -n 's/^backend=//p' "$root/labels.txt" 2>/dev/null)"
+    build="llamaspec docker build --engine ${engine:-ENGINE} --backend ${backend:-BACKEND}"
+    case "$why" in
+      GGML_NATIVE=ON*)  # built for the CPU of the machine that built it, whatever the engine
+        fix="This image was built for that machine's CPU only. Build one for any x86-64 CPU"
+        fix="$fix (the engine's portable profile): $build; or pull the published one:"
+        fix="$fix llamaspec docker pull --engine ${engine:-ENGINE}." ;;
+      *)
+        if [ "$engine" = "llama.cpp" ]; then  # upstream's baseline, raised by defines
+          fix="Build an image without the defines that raise its instruction-set baseline:"
+          fix="$fix $build."
+        else  # a fixed baseline; upstream picks its CPU code at run time
+          fix="Pull the upstream (llama.cpp) image, which picks its CPU code at run time"
+          fix="$fix (llamaspec docker pull --engine llama.cpp), or build ${engine:-the engine}"
+          fix="$fix for this CPU here (llamaspec build --engine ${engine:-ENGINE}) and put"
+          fix="$fix that build in an image: llamaspec docker build --from-artifact ID"
+          fix="$fix --allow-native."
+        fi ;;
+    esac
     echo "llamaspec: this CPU lacks${missing}, which this image's llama-server needs" \
-      "($(sed -n 2p "$root/cpu-needs.txt")), so it would stop with an illegal instruction." \
-      "Pull the upstream (llama.cpp) image, which picks its CPU code at run time, or build" \
-      "an image on this machine: llamaspec docker build --engine ENGINE --backend BACKEND." >&2
+      "(${why}), so it would stop with an illegal instruction. $fix" >&2
     exit 1
   fi
 fi

@@ -262,6 +262,8 @@ def test_registry_round_trip(cpu_image, registry, upstream_artifact, tmp_path: P
     assert "this host → cpu" in output
     assert f"registry {registry} (--registry)" in output
     assert f"{remote}: labels checked in the registry, pulling the layers" in output
+    # the tag resolved to one digest, and that digest is what was pulled (then tagged here)
+    assert f"{remote} is {remote.rsplit(':', 1)[0]}@sha256:" in output
     assert "was NOT verified: cosign is not installed" in output  # nothing signed it here
     assert upstream_artifact.id in output and "docker run --rm -p 127.0.0.1:8080:8080" in output
     assert BUILDAH.labels(remote)["io.llamaspec.artifact-id"] == upstream_artifact.id
@@ -341,18 +343,45 @@ def run_recipe_line(remote: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, line + proc.stderr
     assert f"-p 127.0.0.1:{port}:8080" in line and ":/models/gemma-3-270m-q4_k_m.gguf:ro" in line
     assert "--spec-type ngram-mod" in line or "ngram-mod" in line, line
+    assert "--chat-template gemma" in line, line  # the GGUF has none: Gemma's, by name
+    question = "Name the capital of France."
     with docker_line_running(line, tmp_path / "docker-line.log") as url:
         client = OpenAI(base_url=url + "/v1", api_key="none", timeout=300)
         chat = client.chat.completions.create(
             model="gemma", temperature=0, max_tokens=16,
-            messages=[{"role": "user", "content": "Name the capital of France."}],
+            messages=[{"role": "user", "content": question}],
         )  # fmt: skip
-        assert chat.choices[0].message.content.strip()
+        reply = chat.choices[0].message.content or ""
+        assert reply.strip() and not echoes(reply, question), reply
         code = "def add(a, b):\n    return a + b\n\n" * 6 + "def add(a, b):\n"
         spec = client.completions.create(model="gemma", prompt=code, temperature=0, max_tokens=48)
         timings = spec.model_extra["timings"]
         print(f"docker line: {timings.get('draft_n_accepted')}/{timings.get('draft_n')} accepted")
         assert spec.choices[0].text.strip() and timings["draft_n_accepted"] > 0, timings
+
+
+def echoes(reply: str, question: str) -> bool:
+    """Whether a chat reply repeats the question or the chat markup around it, as a base
+    model does with a template its vocabulary lacks (ChatML's `<|im_start|>` for Gemma),
+    instead of answering it."""
+    said = " ".join(reply.lower().split())
+    asked = " ".join(question.lower().rstrip(".?!").split())
+    markup = ("im_start", "im_end", "<start_of_turn>", "<end_of_turn>")
+    return asked in said or any(m in reply for m in markup)
+
+
+def test_a_tag_the_registry_lacks_is_named_with_the_tags_it_has(registry) -> None:
+    """The registry's answer is read for what it means: no such tag, and which tags there
+    are (listed from the registry), never a guess that it could not be reached."""
+    proc = llamaspec(
+        "docker", "pull", "--tool", "buildah", "--registry", registry, "--backend", "cpu",
+        "--tag", "no-such-tag",
+    )  # fmt: skip
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2 and "Traceback" not in text, text
+    assert f"{registry} has no image {registry}/llamaspec:no-such-tag" in text, text
+    # the round trip's push, where it ran first; an empty registry has no repository yet
+    assert "The tags there: " in text or "has no tags there at all" in text, text
 
 
 def test_a_pull_whose_labels_do_not_match_downloads_nothing(registry) -> None:

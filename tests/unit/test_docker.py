@@ -14,7 +14,7 @@ import pytest
 from llamaspec.config import load_engines
 from llamaspec.engine import profiles as flags
 from llamaspec.errors import LlamaspecError
-from llamaspec.images import registry, tools
+from llamaspec.images import registry, remote, tools
 from llamaspec.images import specs as images
 from llamaspec.images.build import all_build_args
 from llamaspec.images.smoke import server_shim
@@ -547,10 +547,10 @@ def test_the_registry_is_one_setting(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_loopback_registries_are_plain_http() -> None:
     """As Docker's engine does: a registry on loopback has no TLS; any other keeps it."""
     for ref in ("127.0.0.1:5000/t/llamaspec:x", "localhost:5000/llamaspec:x", "[::1]:5/a:b"):
-        assert tools.loopback(ref), ref
+        assert remote.loopback(ref), ref
         assert "--tls-verify=false" in tools.Buildah("buildah").pull_argv(ref)
     for ref in ("ghcr.io/llamaspec/llamaspec:x", "127.example.org/x:y", "llamaspec:x"):
-        assert not tools.loopback(ref), ref
+        assert not remote.loopback(ref), ref
         assert "--tls-verify=false" not in tools.Buildah("buildah").pull_argv(ref)
 
 

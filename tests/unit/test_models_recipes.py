@@ -622,7 +622,10 @@ def test_cli_renders_the_ngram_recipe_for_ik_at_its_default_pin(tmp_path: Path) 
         "recipe", "show", "gemma3-270m-ngram", "--engine", "ik_llama.cpp", env_cache=tmp_path
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[0].endswith("-c 4096 -np 1 --spec-type ngram-mod")
+    # ik at 55d3c05 reads chats without Jinja: the built-in template by its name
+    assert proc.stdout.splitlines()[0].endswith(
+        "-c 4096 -np 1 --chat-template gemma --spec-type ngram-mod"
+    )
     proc = cli(
         "recipe", "show", "deepseek-r1", "--engine", "ik_llama.cpp", "--backend", "cpu",
         env_cache=tmp_path,
@@ -646,7 +649,10 @@ def test_cli_renders_a_docker_run_line_with_the_models_mounted(tmp_path: Path) -
     assert run.startswith("docker run --rm -p 127.0.0.1:9000:8080 ")
     assert f" -v {model}:/models/gemma-3-270m-q4_k_m.gguf:ro " in run
     assert run.endswith(" ghcr.io/llamaspec/llamaspec:llama.cpp-cpu \\")
-    want = "-m /models/gemma-3-270m-q4_k_m.gguf -c 4096 -np 1 --spec-type ngram-mod"
+    want = (  # the base model's GGUF has no chat template: upstream gets Gemma's by name
+        "-m /models/gemma-3-270m-q4_k_m.gguf -c 4096 -np 1 --no-jinja --chat-template gemma "
+        "--spec-type ngram-mod"
+    )
     assert server.strip() == want
     image = "127.0.0.1:5000/team/llamaspec:mine"
     proc = cli(*args, "--backend", "cuda", "--image", image, env_cache=tmp_path)
@@ -960,3 +966,56 @@ def test_pull_local_dir_that_cannot_be_written_is_refused_before_any_download(
     err = " ".join(capsys.readouterr().err.split())
     assert "is a file, not a directory" in err and "Traceback" not in err
     assert pulls.hub.log == [] and not (tmp_path / "hf").exists()
+
+
+# Excerpts of the pinned servers' --help: upstream 0c1e570 (common/arg.cpp) and ik_llama.cpp
+# 55d3c05 (common/common.cpp, gpt_params_print_usage).
+UPSTREAM_HELP = """\
+-m,    --model FNAME                    model path
+--host HOST                             ip address to listen
+--port PORT                             port to listen
+-c,    --ctx-size N                     size of the prompt context
+-np,   --parallel N                     number of server slots
+--jinja, --no-jinja                     whether to use jinja template engine (default: enabled)
+--chat-template JINJA_TEMPLATE          set custom jinja chat template
+--spec-type none,draft-simple,ngram-simple,ngram-mod
+                                        speculative types
+"""
+IK_HELP = """\
+  -m,    --model FNAME              model path
+         --host HOST                ip address to listen
+         --port PORT                port to listen
+  -c,    --ctx-size N               size of the prompt context
+  -np,   --parallel N               number of parallel sequences to decode
+         --chat-template JINJA_TEMPLATE set custom jinja chat template
+  --spec-type Name [none | ngram - cache | ngram - simple | ngram - mod]
+"""
+
+
+def test_a_recipe_names_a_built_in_chat_template_in_each_dialect() -> None:
+    """Gemma 3 270M's GGUF has no chat template, and ChatML (the server's fallback) makes
+    the base model repeat the question: the recipe names Gemma's template built into the
+    engine. Upstream's server reads `--chat-template` as Jinja source unless --no-jinja (its
+    default is Jinja on: `gemma` would be a template that prints the word gemma); ik at its
+    pin has Jinja off and looks the name up."""
+    recipe = config.load_recipes(ROOT)["gemma3-270m-ngram"]
+    assert recipe.server.chat_template == "gemma"
+    want = {
+        "upstream": ["--no-jinja", "--chat-template", "gemma"],
+        "upstream-legacy": ["--no-jinja", "--chat-template", "gemma"],
+        "ik-legacy": ["--chat-template", "gemma"],
+        "ik-spec-type": ["--chat-template", "gemma"],
+    }
+    for dialect, flags in want.items():
+        engine = "ik_llama.cpp" if dialect.startswith("ik") else "llama.cpp"
+        argv = list(recipes.render(recipe, engine, dialect, "t.gguf", None).argv)
+        i = argv.index("--chat-template")
+        assert argv[i - len(flags) + 2 : i + 2] == flags, (dialect, argv)
+        assert "--no-jinja" not in argv or dialect.startswith("upstream")
+        assert _spec_part(recipes.ServerCommand(tuple(argv), dialect)).startswith("--spec-type")
+    up = recipes.render(recipe, "llama.cpp", "upstream", "t.gguf", None)
+    recipes.check_against_help(up, UPSTREAM_HELP, "llama-server")
+    ik = recipes.render(recipe, "ik_llama.cpp", "ik-legacy", "t.gguf", None)
+    recipes.check_against_help(ik, IK_HELP, "llama-server")
+    with pytest.raises(ValueError, match="chat_template"):
+        config.ServerSettings(chat_template="{% for m in messages %}")  # a name, not Jinja

@@ -64,7 +64,7 @@ def _sub(parser: argparse.ArgumentParser, *path: str) -> argparse.ArgumentParser
         (("build",), [o.name for o in options.OPTIONS]),
         (("doctor",), ["engine", "source", "source_dir", "cuda_arch", "defines"]),
         (("docker", "build"), list(options.IMAGE)),
-        (("docker", "pull"), ["engine", "backend", "pin"]),
+        (("docker", "pull"), ["engine", "pin"]),  # its --backend: see the test below
         (("patches", "status"), list(options.SOURCE)),
     ],
 )
@@ -76,6 +76,17 @@ def test_commands_take_the_declared_options(command: tuple[str, ...], names: lis
         action = by_flag[opt.flags[0]]
         assert tuple(action.option_strings) == opt.flags
         assert action.help == opt.help and action.dest == opt.dest
+
+
+def test_docker_pull_takes_the_declared_backend_with_its_own_default() -> None:
+    """`docker pull` detects the host's backend when --backend is left out, so its help
+    says so instead of the declared "cpu (default)" (issue 42); flags and dest as declared."""
+    parser = _sub(make_parser(), "docker", "pull")
+    opt = options.BY_NAME["backend"]
+    (action,) = [a for a in parser._actions if opt.flags[0] in a.option_strings]
+    assert tuple(action.option_strings) == opt.flags and action.dest == opt.dest
+    assert action.help == "cpu, cuda or vulkan (default: this host's)"
+    assert parser.parse_args([]).backend is None  # None: detect the host
 
 
 def test_parsed_build_arguments_make_the_buildspec() -> None:

@@ -59,7 +59,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     b.set_defaults(engine=None, backend=None, handler=cmd_docker_build)
     p = dsub.add_parser("pull", help="pull the image for this host and print how to run it")
-    options.add(p, "engine", "backend", "pin")
+    options.add(
+        p,
+        "engine",
+        "backend",
+        "pin",
+        helps={"backend": "cpu, cuda or vulkan (default: this host's)"},
+    )
     p.set_defaults(backend=None, handler=cmd_docker_pull)
     p.add_argument(
         "--registry",

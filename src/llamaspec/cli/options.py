@@ -89,8 +89,8 @@ class Option:
     def name(self) -> str:
         return self.field or self.dest
 
-    def add_to(self, parser: argparse.ArgumentParser) -> None:
-        kwargs: dict[str, Any] = {"help": self.help}
+    def add_to(self, parser: argparse.ArgumentParser, help: str | None = None) -> None:
+        kwargs: dict[str, Any] = {"help": help or self.help}
         if self.kind == "flag":
             kwargs["action"] = "store_true"
         else:
@@ -280,10 +280,11 @@ def deferred(read: Callable[[], Any], label: str) -> dict[str, Any]:
     return {"default": marker, "type": value}
 
 
-def add(parser: argparse.ArgumentParser, *names: str) -> None:
-    """Add the named options (BuildSpec field names, or a CLI-only option's dest); all if none."""
+def add(parser: argparse.ArgumentParser, *names: str, helps: dict[str, str] | None = None) -> None:
+    """Add the named options (BuildSpec field names, or a CLI-only option's dest); all if none.
+    `helps` replaces an option's help where a command uses it differently."""
     for name in names or tuple(BY_NAME):
-        BY_NAME[name].add_to(parser)
+        BY_NAME[name].add_to(parser, (helps or {}).get(name))
 
 
 def build_spec(args: argparse.Namespace, **override: Any):

@@ -78,6 +78,9 @@ class ServerSettings(Frozen):
     checkpoint_min_step: int | None = Field(default=None, ge=1)
     rpc: tuple[RpcEndpoint, ...] = ()
     placement: Placement | None = None
+    # a chat template built into the engine, by name (e.g. `gemma`), for a model whose GGUF
+    # has none (the server would fall back to ChatML)
+    chat_template: Annotated[str, Field(pattern=r"^[a-z][a-z0-9._-]*$")] | None = None
     extra: tuple[str, ...] = ()
 
     @model_validator(mode="after")

@@ -10,8 +10,10 @@ the bake file that declares the same builds for `docker buildx bake`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -31,6 +33,7 @@ from llamaspec.images.tools import BUILD_S, ContainerTool, attempt
 from llamaspec.paths import cache_dir, project_root
 
 LOG_TAIL = 40  # lines of a failed build's log shown
+_URL_LINE = re.compile(r'^"?([A-Za-z][\w .-]*?)"?\s*=\s*"(https://[^"]+)"')  # Name = "https://…"
 
 
 @dataclass(frozen=True)
@@ -94,13 +97,50 @@ def revision(root: Path) -> str:
 
 
 def source_url(root: Path) -> str:
-    """Where this repository lives (LLAMASPEC_SOURCE_URL, else the git remote `origin`)."""
+    """Where this project's source lives, for `org.opencontainers.image.source`:
+    LLAMASPEC_SOURCE_URL (the publishing workflow sets it), else pyproject.toml's
+    `[project.urls]` (Source, else Repository, else Homepage), else the git remote `origin`
+    when it is a GitHub repository."""
     if env := os.environ.get("LLAMASPEC_SOURCE_URL"):
         return env
+    if url := project_url(root / "pyproject.toml") or _installed_url(root / "pyproject.toml"):
+        return url
     url = _git(root, "remote", "get-url", "origin") or ""
     if url.startswith("git@github.com:"):
         url = "https://github.com/" + url.removeprefix("git@github.com:")
-    return url.removesuffix(".git") if url.startswith("http") else ""
+    return url.removesuffix(".git") if url.startswith("https://github.com/") else ""
+
+
+def _installed_url(pyproject: Path) -> str:
+    """An installed package (no pyproject.toml): the Source URL of its metadata."""
+    if pyproject.exists():
+        return ""
+    from importlib import metadata
+
+    try:
+        entries = metadata.metadata("llamaspec").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        return ""
+    urls = {k.strip().lower(): v.strip() for k, _, v in (e.partition(",") for e in entries)}
+    return next((urls[k] for k in ("source", "repository", "homepage") if k in urls), "")
+
+
+def project_url(pyproject: Path) -> str:
+    """The https URL pyproject.toml gives in `[project.urls]` under Source, Repository or
+    Homepage (the first there), or "" (no file, no such table, or unreadable)."""
+    try:
+        text = pyproject.read_text()
+    except OSError:
+        return ""
+    urls: dict[str, str] = {}
+    table = False
+    for line in text.splitlines():  # a [project.urls] table of `Name = "https://…"` lines
+        stripped = line.strip()
+        if stripped.startswith("["):
+            table = stripped == "[project.urls]"
+        elif table and (m := _URL_LINE.match(stripped)):
+            urls[m.group(1).strip().lower()] = m.group(2)
+    return next((urls[k] for k in ("source", "repository", "homepage") if k in urls), "")
 
 
 def all_build_args(spec: images.ImageSpec, tree: str = "build") -> dict[str, str]:
@@ -161,6 +201,8 @@ def build_image(
         raise LlamaspecError(f"There is no {dockerfile.relative_to(root)} for {spec.backend!r}.")
     args = all_build_args(spec, "artifact" if artifact else "build")
     settings = tool.build_settings(args["BASE_IMAGE"], ccache, console.print)
+    if artifact is not None:  # nothing of this build is worth keeping as a cache
+        settings = dataclasses.replace(settings, keep_layers=False)
     bundle = ca_bundle()
     logs = logs or cache_dir() / "docker-logs"
     logs.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,9 @@ match), how to run it with a recipe, and pushing built tags."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -15,41 +17,73 @@ from rich.console import Console
 from llamaspec.config import Engine, load_engines
 from llamaspec.engine.cuda.host import DRIVER_MIN, nvidia_smi
 from llamaspec.errors import LlamaspecError, choose
+from llamaspec.images import remote
 from llamaspec.images import specs as images
-from llamaspec.images.tools import TRANSFER_S, ContainerTool, RemoteError, attempt, remote_labels
+from llamaspec.images.remote import RemoteError
+from llamaspec.images.tools import TRANSFER_S, ContainerTool, attempt
 
-# Who signs published images: the publishing workflow, keyless, through GitHub's OIDC.
+# Who signs published images: the publishing workflow of one repository, keyless, through
+# GitHub's OIDC, on its main branch or a release tag (the workflow's triggers).
 SIGNER_ISSUER = "https://token.actions.githubusercontent.com"
-SIGNER_IDENTITY = r"^https://github\.com/[^/]+/[^/]+/\.github/workflows/docker\.yml@"
+SIGNER_WORKFLOW = ".github/workflows/docker.yml"
+# Names the repository whose workflow must have signed a pulled image (OWNER/REPO), for
+# forks that publish under another name; by default it follows from the registry.
+SIGNER_ENV = "LLAMASPEC_SIGNER_REPO"
+# The repository that publishes the default registry, ghcr.io/<owner>: <owner>/llamaspec.
+PUBLISHER = f"{images.DEFAULT_REGISTRY.split('/')[1]}/{images.REPOSITORY}"
+# Time for `cosign verify` (registry, transparency log and certificate roots): no layers.
+VERIFY_S = 300
 # The CUDA majors images are built for (tags `<engine>-cuda13`, …), newest first.
 CUDA_MAJORS = (13, 12)
-# Words in a pull's error that mean the registry was not reached (not: no such image).
-UNREACHABLE = (
-    "no such host",
-    "dial tcp",
-    "connection refused",
-    "i/o timeout",
-    "network is unreachable",
-    "temporary failure in name resolution",
-    "tls handshake timeout",
-    "could not resolve",
-    "connect: ",
-)
 
 
 def configured_registry(given: str | None) -> tuple[str, str]:
     """The registry to pull from and where that came from: --registry, else
-    LLAMASPEC_REGISTRY, else the user config's `registry`, else the published one."""
+    LLAMASPEC_REGISTRY, else the user config's `registry`, else the published one. An empty
+    or malformed value is refused wherever it came from, never read as the default."""
     from llamaspec.config import user as user_config
 
-    if given:
-        return given, "--registry"
-    if env := os.environ.get("LLAMASPEC_REGISTRY"):
-        return env, "LLAMASPEC_REGISTRY"
+    if given is not None:
+        return remote.check_registry(given, "--registry"), "--registry"
+    env = os.environ.get("LLAMASPEC_REGISTRY")
+    if env is not None:
+        return remote.check_registry(env, "LLAMASPEC_REGISTRY"), "LLAMASPEC_REGISTRY"
     cfg, path = user_config.load()
-    if cfg.registry:
-        return cfg.registry, str(path)
+    if cfg.registry is not None:
+        return remote.check_registry(cfg.registry, f"`registry` in {path}"), str(path)
     return images.DEFAULT_REGISTRY, "the default"
+
+
+def signer_repo(registry: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The GitHub repository (OWNER/REPO) whose publishing workflow must have signed images
+    of `registry`, and why: LLAMASPEC_SIGNER_REPO, else the namespace of `ghcr.io/<owner>`
+    (the workflow pushes to ghcr.io/<repository owner>/llamaspec), else the repository that
+    publishes the default registry (a registry elsewhere holds copies of its images)."""
+    env = os.environ if env is None else env
+    given = env.get(SIGNER_ENV)
+    if given is not None:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+", given):
+            raise LlamaspecError(
+                f"{SIGNER_ENV} {given!r} is not a GitHub repository: give it as OWNER/REPO "
+                f"(e.g. {PUBLISHER}), the repository whose {SIGNER_WORKFLOW} signs the "
+                f"images, or unset it to derive it from the registry."
+            )
+        return given, SIGNER_ENV
+    host, _, namespace = registry.rstrip("/").partition("/")
+    if host == "ghcr.io" and namespace and "/" not in namespace:
+        return f"{namespace}/{images.REPOSITORY}", f"the registry's namespace ghcr.io/{namespace}"
+    return PUBLISHER, f"the publisher of {images.DEFAULT_REGISTRY}"
+
+
+def signer_identity(repo: str) -> str:
+    """The certificate identity cosign must find, as a regular expression (Go's and
+    Python's syntax alike): `repo`'s publishing workflow (owner and name in any case, as
+    GitHub treats them) on its main branch or a `v*` release tag, nothing else."""
+    owner, name = (re.escape(part) for part in repo.split("/", 1))
+    return (
+        rf"^https://github\.com/(?i:{owner}/{name})/{re.escape(SIGNER_WORKFLOW)}"
+        r"@refs/(?:heads/main|tags/v[^/]+)$"
+    )
 
 
 @dataclass(frozen=True)
@@ -312,48 +346,142 @@ def pull_target(
     return engine, backend, cuda
 
 
-def pull_error(output: str, ref: str, registry: str, engine: str, backend: str) -> LlamaspecError:
-    """What a failed pull means: the registry was not reached, or it has no such image."""
-    last = output.strip().splitlines()[-1] if output.strip() else ""
+def pull_error(
+    output: str,
+    ref: str,
+    registry: str,
+    engine: str,
+    backend: str,
+    tags: Sequence[str] | None = None,
+) -> LlamaspecError:
+    """What a failed pull (or label read) means, from what the tool printed: the registry
+    was not reached, wants credentials, failed, did not answer, failed TLS, or has no such
+    tag (`tags`: the ones it has, where they could be listed)."""
+    kind, last, host = remote.classify(output), remote.last_line(output), remote.host_of(ref)
     build = f"nox -s docker-build -- --engine {engine} --backend {backend}"
-    if any(word in output.lower() for word in UNREACHABLE):
+    if kind == "unreachable":
         return LlamaspecError(
-            f"Cannot reach the registry {registry.split('/')[0]} to pull {ref} "
+            f"Cannot reach the registry {host} to pull {ref} "
             f"({last or 'no answer'}). Check the network or proxy, or build the same image "
             f"here instead: `{build}`."
         )
+    if kind == "missing":
+        return LlamaspecError(
+            f"{registry} has no image {ref} ({last or 'manifest unknown'}). "
+            f"{remote.tags_sentence(remote.repository_of(ref), tags)} "
+            + ("Pull one of them with `--tag`, or build" if tags else "Build")
+            + f" it here: `{build}`."
+        )
+    if kind == "other":
+        return LlamaspecError(
+            f"Cannot pull {ref} from {registry} ({last or 'the pull failed'}). To do without "
+            f"the registry, build the same image here: `{build}`."
+        )
     return LlamaspecError(
-        f"{registry} has no image {ref} ({last or 'pull failed'}). See the published tags "
-        f"of {registry}/{images.REPOSITORY}, or build it: `{build}`."
+        f"Cannot pull {ref}. {remote.explain(kind, host, last)} To do without the registry, "
+        f"build the same image here: `{build}`."
     )
 
 
-def verify_signature(ref: str, console: Console, which=shutil.which) -> bool:
-    """Check the publishing workflow's cosign signature of `ref` where cosign is installed
-    (refused when it does not verify); without cosign, say that nothing was verified."""
+def refusal(
+    output: str, ref: str, registry: str, engine: str, backend: str, which=shutil.which
+) -> LlamaspecError:
+    """`pull_error`, with the repository's tags listed (bounded in time) when the tag is
+    missing."""
+    tags = None
+    if remote.classify(output) == "missing":
+        try:
+            tags = remote.list_tags(remote.repository_of(ref), which)
+        except (RemoteError, ValueError) as err:  # no such repository: no tags either
+            tags = [] if remote.classify(str(err)) == "missing" else None
+    return pull_error(output, ref, registry, engine, backend, tags)
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What cosign verified: the reference asked about, the identity it was held to, and
+    the manifest digests its verified payloads name."""
+
+    ref: str
+    identity: str
+    digests: frozenset[str]
+
+
+def verify_signature(
+    ref: str, console: Console, which=shutil.which, signer: str | None = None
+) -> Verified | None:
+    """Check `ref`'s cosign signature where cosign is installed: made by `signer`'s
+    publishing workflow (OWNER/REPO; default: `signer_repo` of the ref's registry), else
+    refused. Without cosign, say that nothing was verified (None)."""
     cosign = which("cosign")
     if not cosign:
         console.print(
             f"docker-pull: the signature of {ref} was NOT verified: cosign is not installed "
             "(https://docs.sigstore.dev/cosign/system_config/installation/)"
         )
-        return False
+        return None
+    if signer is None:
+        signer, why = signer_repo(remote.repository_of(ref).rsplit("/", 1)[0])
+    else:
+        why = "given"
+    identity = signer_identity(signer)
     proc = attempt(
         [
             cosign, "verify", "--certificate-oidc-issuer", SIGNER_ISSUER,
-            "--certificate-identity-regexp", SIGNER_IDENTITY, ref,
+            "--certificate-identity-regexp", identity, ref,
         ],
-        TRANSFER_S,
+        VERIFY_S,
     )  # fmt: skip
     if proc.returncode != 0:
-        last = (proc.stderr or proc.stdout or "").strip().splitlines()
+        last = remote.last_line(proc.stderr or proc.stdout or "") or f"exit {proc.returncode}"
         raise LlamaspecError(
-            f"Refusing {ref}: cosign could not verify that llamaspec's publishing workflow "
-            f"signed it ({last[-1] if last else f'exit {proc.returncode}'}). Pull an image the "
-            "workflow published, or build one yourself with `nox -s docker-build`."
+            f"Refusing {ref}: cosign could not verify that {signer}'s publishing workflow "
+            f"({SIGNER_WORKFLOW} on main or a v* tag; {signer} is {why}) signed it ({last}). "
+            f"Pull an image that workflow published, set {SIGNER_ENV}=OWNER/REPO to the "
+            "repository that publishes this registry's images, or build one yourself with "
+            "`nox -s docker-build`."
         )
-    console.print(f"docker-pull: {ref}: signature verified (cosign, {SIGNER_ISSUER})")
-    return True
+    console.print(f"docker-pull: {ref}: signature verified (cosign, {signer}, {SIGNER_ISSUER})")
+    return Verified(ref, identity, payload_digests(proc.stdout))
+
+
+def payload_digests(stdout: str) -> frozenset[str]:
+    """The manifest digests named by the payloads `cosign verify` printed (a JSON list)."""
+    start = stdout.find("[")
+    try:
+        payloads = json.loads(stdout[start:]) if start >= 0 else []
+    except ValueError:
+        return frozenset()
+    found = set()
+    for item in payloads if isinstance(payloads, list) else []:
+        image = item.get("critical", {}).get("image", {}) if isinstance(item, dict) else {}
+        digest = image.get("docker-manifest-digest") if isinstance(image, dict) else None
+        if isinstance(digest, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            found.add(digest)
+    return frozenset(found)
+
+
+def pinned_digest(ref: str, digest: str | None, verified: Verified | None) -> str | None:
+    """The one digest to pull: the registry's (`digest`, read once) and the one cosign
+    verified must be the same; without skopeo it is the one cosign verified."""
+    if verified is None or not verified.digests:
+        return digest
+    if digest is None:
+        if len(verified.digests) != 1:
+            raise LlamaspecError(
+                f"Refusing {ref}: cosign verified signatures for "
+                f"{len(verified.digests)} digests ({', '.join(sorted(verified.digests))}), so "
+                "which image the tag means is not settled. Install skopeo (the tag is then "
+                "resolved to one digest first), or pull an immutable tag."
+            )
+        return next(iter(verified.digests))
+    if digest not in verified.digests:
+        raise LlamaspecError(
+            f"Refusing {ref}: the registry named {digest}, but cosign verified "
+            f"{', '.join(sorted(verified.digests))}. The tag may have moved while it was "
+            "checked; pull again."
+        )
+    return digest
 
 
 def pull(
@@ -368,7 +496,11 @@ def pull(
     cuda: CudaHost | None = None,
 ) -> str:
     """Pull the image (checked by `pull_target`), refuse it unless its labels match (and,
-    for CUDA, this GPU and driver run it), and print how to run it with `recipe`."""
+    for CUDA, this GPU and driver run it), and print how to run it with `recipe`.
+
+    The tag is resolved to a manifest digest once (skopeo, with the labels; without skopeo,
+    the digest cosign verified), and that digest is what is verified, pulled and then
+    tagged here: the image cannot change between the check and the pull."""
     tag_backend = cuda.tag_backend() if cuda else backend
 
     def check(labels: Mapping[str, str]) -> None:
@@ -377,23 +509,32 @@ def pull(
             check_cuda_image(labels, ref, cuda)
 
     ref = images.image_ref(registry, tag or images.rolling_tag(engine.name, tag_backend))
+    name = remote.repository_of(ref)
     try:
-        remote = remote_labels(ref)
+        found = remote.inspect(ref)
     except RemoteError as err:
-        raise pull_error(str(err), ref, registry, engine.name, backend) from None
-    if remote is None:
+        raise refusal(str(err), ref, registry, engine.name, backend) from None
+    if found is None:
         console.print(
             "docker-pull: skopeo is not installed, so the labels are checked after the pull "
             "(`apt-get install skopeo` checks them before any layer is downloaded)"
         )
     else:
-        check(remote)
-    verify_signature(ref, console)
-    if remote is not None:
+        check(found.labels)
+    digest = found.digest if found else None
+    verified = verify_signature(f"{name}@{digest}" if digest else ref, console)
+    digest = pinned_digest(ref, digest, verified)
+    source = f"{name}@{digest}" if digest else ref
+    if found is not None:
         console.print(f"docker-pull: {ref}: labels checked in the registry, pulling the layers")
-    proc = attempt(tool.pull_argv(ref), TRANSFER_S)
+    if digest:
+        console.print(f"docker-pull: {ref} is {source}; pulling exactly that")
+    proc = attempt(tool.pull_argv(source), TRANSFER_S)
     if proc.returncode != 0:
-        raise pull_error(proc.stderr or proc.stdout or "", ref, registry, engine.name, backend)
+        output = proc.stderr or proc.stdout or ""
+        raise refusal(output, ref, registry, engine.name, backend)
+    if source != ref:
+        tool.tag(source, ref)
     labels = tool.labels(ref)
     check(labels)
     commit = labels.get(images.LABEL_PREFIX + "engine-commit")
@@ -408,7 +549,8 @@ def pull(
 
 
 def push(tool: ContainerTool, refs: Sequence[str]) -> str:
-    """Push every tag; return `<repository>@sha256:…`, the reference to sign."""
+    """Push every tag; return `<repository>@sha256:…`, the reference to sign. A refusal
+    says what the registry meant (`remote.push_error`)."""
     if not refs:
         raise LlamaspecError("The build record names no tags to push; run `docker build` again.")
     digest = ""

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from llamaspec.config import Engine, PatchEntry
 from llamaspec.errors import LlamaspecError, choose
+from llamaspec.images.remote import check_registry
 
 BACKENDS = ("cpu", "cuda", "vulkan")
 REPOSITORY = "llamaspec"
@@ -123,9 +124,11 @@ def artifact_spec(
 
 
 def validate(spec: ImageSpec, engines: Mapping[str, Engine]) -> ImageSpec:
-    """Known engine and backend (with a did-you-mean), a pin that is a full SHA."""
+    """Known engine and backend (with a did-you-mean), a pin that is a full SHA, a registry
+    address of the form image names allow."""
     choose("engine", spec.engine, engines)
     choose("backend", spec.backend, BACKENDS)
+    check_registry(spec.registry, "--registry")
     if spec.pin and not re.fullmatch(r"[0-9a-f]{40}", spec.pin):
         raise LlamaspecError(
             f"--pin {spec.pin!r} is not a full 40-character commit SHA; images are labelled "

@@ -12,7 +12,6 @@ group, a time limit) and has its exit status checked.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 from llamaspec import procs
 from llamaspec.errors import LlamaspecError, choose
+from llamaspec.images.remote import push_error, tls_flags
 from llamaspec.paths import cache_dir
 
 CHOICES = ("auto", "docker", "buildah")
@@ -42,30 +42,18 @@ STAGE_CACHE = "/cache/llamaspec"
 STAGE_CCACHE = "/cache/ccache"
 
 
-def loopback(ref: str) -> bool:
-    """Whether `ref`'s registry is on this machine's loopback, which (as Docker's engine
-    does) is spoken to over plain HTTP: a test or mirror registry there has no TLS."""
-    host = ref.split("/", 1)[0].rsplit(":", 1)[0] if "/" in ref else ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _tls(ref: str) -> list[str]:
-    return ["--tls-verify=false"] if loopback(ref) else []
-
-
 @dataclass(frozen=True)
 class BuildSettings:
     """How one tool builds here: the buildx cache (docker), or host caches mounted into the
-    build stage and whether the base image is already in local storage (buildah)."""
+    build stage and whether the base image is already in local storage (buildah).
+    `keep_layers`: keep the stages' intermediate images as a cache for the next build
+    (buildah `--layers`); an image around an artifact from dist/ has nothing to reuse, so
+    nothing of its build is kept."""
 
     cache: str | None = None  # e.g. "type=gha,scope=llama.cpp-cpu"
     volumes: tuple[Volume, ...] = ()
     pull_never: bool = False
+    keep_layers: bool = True
 
 
 @runtime_checkable
@@ -112,6 +100,8 @@ class ContainerTool(Protocol):
     def read_file(self, ctr: str, path: str) -> str: ...
 
     def pull_argv(self, ref: str) -> list[str]: ...
+
+    def tag(self, ref: str, new: str) -> None: ...
 
     def push(self, ref: str) -> str | None: ...
 
@@ -215,6 +205,10 @@ class _Common:
     def labels(self, ref: str) -> dict[str, str]:
         return self.inspect(ref).get("Labels") or {}  # type: ignore[attr-defined]
 
+    def tag(self, ref: str, new: str) -> None:
+        """Give the local image `ref` (e.g. `name@sha256:…`) the name `new` as well."""
+        call([self.path, "tag", ref, new], f"tag {ref} as {new}")
+
     def read_file(self, ctr: str, path: str) -> str:
         """The text of `path` inside the image (`cat` run in it)."""
         argv = self.run_argv(ctr, ["cat", path])
@@ -272,7 +266,10 @@ class Docker(_Common):
 
     def push(self, ref: str) -> str | None:
         """Push `ref`; the manifest digest the push reports."""
-        return push_digest(call([self.path, "push", ref], f"push {ref}", TRANSFER_S))
+        proc = attempt([self.path, "push", ref], TRANSFER_S)
+        if proc.returncode != 0:
+            raise push_error(proc.stderr or proc.stdout or "", ref)
+        return push_digest(proc.stdout)
 
     def push_built(self, refs: Sequence[str]) -> None:
         """Nothing left to do: `buildx build --push` pushed while building."""
@@ -308,7 +305,12 @@ class Buildah(_Common):
         return BuildSettings(volumes=tuple(host_caches(ccache)), pull_never=local)
 
     def _build_head(self, settings: BuildSettings) -> list[str]:
-        cmd = [self.path, "bud", "--isolation", "chroot", "--layers", "--format", "docker"]
+        # --force-rm: no working container is left behind, even by a failed build (a stage
+        # that is only `FROM <another stage>` leaves one otherwise); without --layers no
+        # intermediate image either
+        layers = "--layers" if settings.keep_layers else "--layers=false"
+        cmd = [self.path, "bud", "--isolation", "chroot", layers, "--force-rm"]
+        cmd += ["--format", "docker"]
         if settings.pull_never:
             cmd.append("--pull=never")
         for host, inside in settings.volumes:
@@ -348,17 +350,15 @@ class Buildah(_Common):
         return json.loads(out)["Docker"]["config"] or {}
 
     def pull_argv(self, ref: str) -> list[str]:
-        return [self.path, "pull", "--quiet", *_tls(ref), ref]
+        return [self.path, "pull", "--quiet", *tls_flags(ref), ref]
 
     def push(self, ref: str) -> str | None:
         with tempfile.TemporaryDirectory(prefix="llamaspec-push-") as tmp:
             digestfile = Path(tmp) / "digest"
-            argv = [self.path, "push", *_tls(ref), "--digestfile", str(digestfile)]
-            call(
-                [*argv, ref, f"docker://{ref}"],
-                f"push {ref}",
-                TRANSFER_S,
-            )
+            argv = [self.path, "push", *tls_flags(ref), "--digestfile", str(digestfile)]
+            proc = attempt([*argv, ref, f"docker://{ref}"], TRANSFER_S)
+            if proc.returncode != 0:
+                raise push_error(proc.stderr or proc.stdout or "", ref)
             text = digestfile.read_text().strip() if digestfile.is_file() else ""
         return push_digest(f"digest: {text}")
 
@@ -492,19 +492,3 @@ def detect(choice: str = "auto", path: str | None = None) -> ContainerTool:
         "buildx plugin and start it (https://docs.docker.com/engine/install/), or install "
         "buildah, which needs no daemon (Debian/Ubuntu: `apt-get install buildah`)."
     )
-
-
-def remote_labels(ref: str) -> dict[str, str] | None:
-    """The labels of `ref` read from its registry without pulling a layer (`skopeo
-    inspect`: manifest and config only); None where skopeo is not installed."""
-    skopeo = shutil.which("skopeo")
-    if not skopeo:
-        return None
-    proc = attempt([skopeo, "inspect", *_tls(ref), f"docker://{ref}"], TRANSFER_S)
-    if proc.returncode != 0:
-        raise RemoteError(proc.stderr or proc.stdout or "")
-    return json.loads(proc.stdout).get("Labels") or {}
-
-
-class RemoteError(Exception):
-    """skopeo could not read an image from its registry (its output says why)."""

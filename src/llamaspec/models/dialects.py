@@ -73,6 +73,11 @@ class Dialect:
     # The name the engine gives the device of the i-th `--rpc` server (one device each),
     # read from its ggml-rpc source: upstream at b11312 says `RPC0`, ik `RPC0[host:port]`.
     rpc_device: str = "RPC{index}"
+    # Flags that select a chat template built into the engine by name; the name follows.
+    # Upstream reads `--chat-template` as Jinja source unless --no-jinja (its server
+    # default has been Jinja on: common/chat.cpp, common_chat_templates_init, at b11312);
+    # ik_llama.cpp at 55d3c05 has Jinja off unless --jinja, and looks the name up.
+    builtin_template: tuple[str, ...] = ("--no-jinja", "--chat-template")
 
     @property
     def types(self) -> frozenset[str]:
@@ -148,6 +153,7 @@ DIALECTS: Mapping[str, Dialect] = {
             checkpoints=False,
             unlisted=frozenset({"-ot", "--override-tensor"}),
             rpc_device="RPC{index}[{endpoint}]",
+            builtin_template=("--chat-template",),
             later="an ik_llama.cpp pin after its PR #1908 (dialect 'ik-spec-type') stacks "
             "methods with `--spec-type TYPE:key=val`",
         ),
@@ -171,6 +177,7 @@ DIALECTS: Mapping[str, Dialect] = {
             params_in_type=True,
             checkpoints=False,
             rpc_device="RPC{index}[{endpoint}]",
+            builtin_template=("--chat-template",),
             later="upstream llama.cpp (dialect 'upstream') offers eagle3, ngram-map-k4v and "
             "ngram-cache",
         ),
@@ -312,6 +319,8 @@ def render(
         argv += _opt(SERVER_FLAGS["flash_attn"], server.flash_attn)
         argv += _opt(SERVER_FLAGS["ctx_checkpoints"], server.ctx_checkpoints)
         argv += _opt(SERVER_FLAGS["checkpoint_min_step"], server.checkpoint_min_step)
+        if server.chat_template is not None:
+            argv += [*d.builtin_template, server.chat_template]
         if server.rpc:
             argv += [SERVER_FLAGS["rpc"], ",".join(server.rpc)]
         if server.placement is not None and server.placement.target:
