@@ -87,7 +87,14 @@ REGISTRY = EnvVar(
 SOURCE_URL = EnvVar(
     "LLAMASPEC_SOURCE_URL",
     "The repository URL an image build writes into its `org.opencontainers.image.source` label.",
-    "the checkout's git remote `origin` (as an https URL)",
+    "`pyproject.toml`'s `[project.urls]` Source, else the checkout's git remote `origin` "
+    "(as an https URL)",
+)
+SIGNER_REPO = EnvVar(
+    "LLAMASPEC_SIGNER_REPO",
+    "The GitHub repository (`OWNER/REPO`) whose `docker.yml` workflow must have signed an image "
+    "`docker pull` accepts (a fork that publishes under another name sets it).",
+    "`OWNER/llamaspec` for a `ghcr.io/OWNER` registry, else `llamaspec/llamaspec`",
 )
 CA_BUNDLE = EnvVar(
     "LLAMASPEC_CA_BUNDLE",
@@ -137,6 +144,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     PYPI_URL,
     REGISTRY,
     SOURCE_URL,
+    SIGNER_REPO,
     CA_BUNDLE,
     BUILDX_CACHE,
     HOST,

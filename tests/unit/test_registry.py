@@ -401,7 +401,8 @@ def test_an_empty_registry_is_refused_not_read_as_the_default(
     monkeypatch.setenv("LLAMASPEC_CONFIG", str(tmp_path / "config.yaml"))
     (tmp_path / "config.yaml").write_text("jobs: 2\n")
     monkeypatch.setenv("LLAMASPEC_REGISTRY", "")
-    with pytest.raises(LlamaspecError, match=r"LLAMASPEC_REGISTRY is empty .*unset LLAMASPEC_REG"):
+    empty = r"LLAMASPEC_REGISTRY is empty .*unset LLAMASPEC_REGISTRY"
+    with pytest.raises(LlamaspecError, match=empty):
         registry.configured_registry(None)
     with pytest.raises(LlamaspecError, match=r"--registry is empty \(''\)"):
         registry.configured_registry("")

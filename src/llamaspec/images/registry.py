@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from llamaspec import env
 from llamaspec.config import Engine, load_engines
 from llamaspec.engine.cuda.host import DRIVER_MIN, nvidia_smi
 from llamaspec.errors import LlamaspecError, choose
@@ -28,7 +29,7 @@ SIGNER_ISSUER = "https://token.actions.githubusercontent.com"
 SIGNER_WORKFLOW = ".github/workflows/docker.yml"
 # Names the repository whose workflow must have signed a pulled image (OWNER/REPO), for
 # forks that publish under another name; by default it follows from the registry.
-SIGNER_ENV = "LLAMASPEC_SIGNER_REPO"
+SIGNER_ENV = env.SIGNER_REPO.name
 # The repository that publishes the default registry, ghcr.io/<owner>: <owner>/llamaspec.
 PUBLISHER = f"{images.DEFAULT_REGISTRY.split('/')[1]}/{images.REPOSITORY}"
 # Time for `cosign verify` (registry, transparency log and certificate roots): no layers.
