@@ -26,6 +26,7 @@ from llamaspec import procs
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
+from llamaspec.models.server_help import check_help
 from llamaspec.proof import verify
 from llamaspec.proof.defects import defects_for, known_defect
 from llamaspec.runtime.client import (
@@ -287,7 +288,7 @@ def smoke(
     settings = dialects.SpecSettings(method="draft", draft_model=model, n_max=n_max, p_min=0.0)
     spec = dialects.spec_args(dialect, settings)
     help_text = server_help(artifact.server)
-    dialects.check_help(spec, help_text, str(artifact.server))
+    check_help(spec, help_text, str(artifact.server))
     strict_gates = artifact.manifest.get("backend", "cpu") == "cpu"
     logs = out_dir / "logs"
     with running(artifact.server, base_args(model), logs / "reference.log") as ref_srv:
@@ -379,7 +380,7 @@ def _strict(
     out = []
     with running(artifact.server, base, logs / "strict-reference.log") as ref:
         for method, prompt, argv in runs:
-            dialects.check_help(argv, help_text, str(artifact.server))
+            check_help(argv, help_text, str(artifact.server))
             r = complete(ref, prompt)
             log = logs / f"strict-{method}.log"
             with running(artifact.server, [*base, *argv], log) as srv:

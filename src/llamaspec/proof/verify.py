@@ -31,7 +31,6 @@ from rich.console import Console
 
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import dialects
 from llamaspec.models.methods import (  # offers, render_method: proof.smoke takes them here
     Method,
     choose_methods,
@@ -41,6 +40,7 @@ from llamaspec.models.methods import (  # offers, render_method: proof.smoke tak
     render_method,  # noqa: F401
     takes_fa_value,
 )
+from llamaspec.models.server_help import check_help
 from llamaspec.proof import oracle as oracle_mod
 from llamaspec.proof.defects import Defect, known_defect
 from llamaspec.proof.prompts import (  # CODE, PROSE: proof.smoke takes them here
@@ -459,7 +459,7 @@ def verify(artifact: Artifact, dialect: str, plan: VerifyPlan, console: Console)
     own = plan.own
     for m in [*chosen, *([own] if own and plan.tier == "oracle" else [])]:
         if isinstance(m, Method):
-            dialects.check_help(list(m.argv), help_text, str(artifact.server))
+            check_help(list(m.argv), help_text, str(artifact.server))
     env: Envelope | None = None
     requests = 0
     if plan.tier == "strict":
@@ -504,7 +504,7 @@ def fast_check(
     import tempfile
 
     help_text = server_help(artifact.server)
-    dialects.check_help(list(spec_argv), help_text, str(artifact.server))
+    check_help(list(spec_argv), help_text, str(artifact.server))
     base = [*base_args(model), *determinism_args(help_text)]
     with tempfile.TemporaryDirectory(prefix="llamaspec-check-") as tmp:
         where = logs or Path(tmp)

@@ -83,7 +83,8 @@ def render(
     from llamaspec import config
     from llamaspec.engine.artifact import load_artifact
     from llamaspec.models import recipes
-    from llamaspec.models.dialects import dialect_for, server_help
+    from llamaspec.models.dialects import dialect_for
+    from llamaspec.models.server_help import server_help
 
     engines = config.load_engines()
     artifact = load_artifact(opts.dist, opts.artifact) if opts.artifact else None
