@@ -25,8 +25,9 @@ from llamaspec.engine import toolchain
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import compat, dialects, drafts, hub
+from llamaspec.models.server_help import server_help
 from llamaspec.paths import user_config
-from llamaspec.perf import bench, tune, workloads
+from llamaspec.perf import bench, bench_plans, tune, workloads
 from llamaspec.proof import verify
 from llamaspec.runtime.client import running
 
@@ -203,9 +204,9 @@ def _time(
     """Verify's fast equivalence check, then (if it passed) one `copy` run on a plain
     server and one on the speculative server, on this build."""
     dialect = dialects.dialect_for(artifact, lambda _m: None)
-    help_text = dialects.server_help(artifact.server)
-    recipe = tune.adhoc_recipe(target, draft, types, DRAFT_N_MAX if draft else None)
-    p = tune.recipe_plan(
+    help_text = server_help(artifact.server)
+    recipe = bench_plans.adhoc_recipe(target, draft, types, DRAFT_N_MAX if draft else None)
+    p = bench_plans.recipe_plan(
         artifact, recipe, target, draft, console, dialect=dialect, help_text=help_text
     )
     check = verify.fast_check(
