@@ -31,24 +31,17 @@ from rich.console import Console
 
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
-from llamaspec.models.methods import (  # offers, render_method: proof.smoke takes them here
+from llamaspec.models.methods import (
     Method,
     choose_methods,
     determinism_args,
     methods_for,
-    offers,  # noqa: F401
-    render_method,  # noqa: F401
     takes_fa_value,
 )
 from llamaspec.models.server_help import check_help
 from llamaspec.proof import oracle as oracle_mod
 from llamaspec.proof.defects import Defect, known_defect
-from llamaspec.proof.prompts import (  # CODE, PROSE: proof.smoke takes them here
-    CODE,  # noqa: F401
-    FAST_PROMPTS,
-    PROSE,  # noqa: F401
-    VERIFY_PROMPTS,
-)
+from llamaspec.proof.prompts import FAST_PROMPTS, VERIFY_PROMPTS
 from llamaspec.proof.verify_report import (
     Case,
     Envelope,
