@@ -211,13 +211,11 @@ def cmd_docker_smoke(args: argparse.Namespace, console: Console) -> None:
 
 
 def cmd_docker_push(args: argparse.Namespace, console: Console) -> None:
-    from llamaspec.images import registry, tools
-    from llamaspec.images.build import load_record
+    from llamaspec.images.build import push_record
 
-    record = load_record(args.record)
-    ref = registry.push(tools.detect(args.tool), record["tags"])
+    ref, tag = push_record(args.record, args.tool)
     # `key=value` lines: the publishing workflow appends them to $GITHUB_OUTPUT
-    print(f"ref={ref}\ndigest={ref.rsplit('@', 1)[1]}\ntag={record['tags'][0]}")
+    print(f"ref={ref}\ndigest={ref.rsplit('@', 1)[1]}\ntag={tag}")
 
 
 def cmd_docker_matrix(args: argparse.Namespace, console: Console) -> None:

@@ -7,7 +7,8 @@ The build stage is cached between the phases (buildx cache, `buildah --layers`).
 `build_requested` is `docker build` whole: an `ImageRequest` (the command's options) made
 into a validated image spec (from its inputs, or from the manifest of the artifact it
 carries), built with the container tool it names or finds. Also here: the bake file that
-declares the same builds for `docker buildx bake`.
+declares the same builds for `docker buildx bake`, and `push_record` (a build record's tags
+pushed).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from llamaspec.config import Engine
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import artifact as from_artifact
+from llamaspec.images import registry
 from llamaspec.images import specs as images
 from llamaspec.images.tools import BUILD_S, ContainerTool, attempt, detect
 from llamaspec.paths import cache_dir, project_root
@@ -76,6 +78,15 @@ def load_record(path: Path) -> dict:
             "`llamaspec docker build --out FILE` wrote."
         )
     return record
+
+
+def push_record(path: Path, tool: str = "auto") -> tuple[str, str]:
+    """`docker push`: every tag the build record at `path` names, pushed with the container
+    tool `tool` names (or finds); the reference to sign (`<repository>@sha256:…`) and the
+    record's first tag."""
+    record = load_record(path)
+    ref = registry.push(detect(tool), record["tags"])
+    return ref, record["tags"][0]
 
 
 def _git(root: Path, *args: str) -> str | None:

@@ -3,7 +3,8 @@ server arguments (`recipe_plan`), for a catalog recipe with its pair's files
 (`recipe_models`) or an ad-hoc recipe for a target file, draft and spec types
 (`adhoc_recipe`); bench, tune and draft measure all start from one. `bench_plan` is the plan
 a `bench` run asks for, optionally with more llama-server arguments for both servers
-(checked against the binary's --help, and named in the report's stem)."""
+(checked against the binary's --help, and named in the report's stem); `run_bench` is that
+run whole: the plan, then `bench.bench`."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from llamaspec.models import catalog, dialects, recipes, server_help
 from llamaspec.paths import project_root
 from llamaspec.perf import bench
 from llamaspec.perf.bench import BenchPlan
+from llamaspec.perf.bench_report import BenchReport
+from llamaspec.perf.workloads import Workload
 
 
 def recipe_models(name: str, console: Console) -> tuple[config.Recipe, Path, Path | None]:
@@ -187,3 +190,39 @@ def server_args_stem(p: BenchPlan, extra: Sequence[str], artifact: Artifact) -> 
     """The report's stem for a run with `extra` server arguments: they are in its name."""
     slug = "-".join(a.lstrip("-") for a in extra)
     return f"bench-{p.name}-{artifact.id}-{''.join(c if c.isalnum() else '-' for c in slug)}"
+
+
+def run_bench(
+    artifact: Artifact,
+    recipe: str,
+    target: Path | None,
+    draft: Path | None,
+    spec: Sequence[str],
+    n_max: int | None,
+    server_args: Sequence[str],
+    mix: Sequence[Workload],
+    reports: Path,
+    console: Console,
+    *,
+    concurrency: Sequence[int] = (1, 4),
+    repetitions: int = 3,
+    cost_model: bool = True,
+) -> BenchReport:
+    """`llamaspec bench`: the plan `bench_plan` makes (with `server_args` on both servers and
+    in the report's name), benched on `mix`; the report."""
+    p = bench_plan(artifact, recipe, target, draft, spec, n_max, console)
+    stem = None
+    if server_args:
+        p = with_server_args(p, list(server_args), artifact)
+        stem = server_args_stem(p, server_args, artifact)
+    return bench.bench(
+        artifact,
+        p,
+        mix,
+        reports,
+        console,
+        concurrency=concurrency,
+        repetitions=repetitions,
+        cost_model=cost_model,
+        stem=stem,
+    )
