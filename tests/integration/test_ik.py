@@ -44,16 +44,17 @@ def test_ik_builds_from_the_sdist_and_passes_smoke(ik_build) -> None:
 
 def test_ik_dialect_matches_its_help(ik_build) -> None:
     from llamaspec.models import dialects
+    from llamaspec.models.server_help import check_help
 
     artifact, _ = ik_build
     help_text = subprocess.run([artifact.server, "--help"], capture_output=True, text=True)
     text = help_text.stdout + help_text.stderr
     assert dialects.probe_dialect("ik_llama.cpp", text) == "ik-legacy"
     argv = dialects.spec_args("ik-legacy", dialects.SpecSettings("draft", artifact.server, 8))
-    dialects.check_help(argv, text, str(artifact.server))
+    check_help(argv, text, str(artifact.server))
     upstream = dialects.spec_args("upstream", dialects.SpecSettings("draft", artifact.server, 8))
     with pytest.raises(Exception, match="does not accept --spec-draft-model"):
-        dialects.check_help(upstream, text, str(artifact.server))
+        check_help(upstream, text, str(artifact.server))
 
 
 def test_ik_verify_strict_draft_sequential(ik_build, tmp_path) -> None:

@@ -19,6 +19,7 @@ from llamaspec import config
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects, recipes
+from llamaspec.models.server_help import spec_type_choices
 from llamaspec.proof.defects import known_defect
 from llamaspec.runtime.client import free_port, running, server_help
 
@@ -94,7 +95,7 @@ def test_every_recipe_against_the_ik_cpu_binary(ik_build: tuple[Artifact, str]) 
     for name, argv in passed.items():
         assert not OFFLOAD & set(argv), (name, argv)
         assert "--rpc" not in argv  # no rpc variant
-    choices = dialects.spec_type_choices(server_help(artifact.server))
+    choices = spec_type_choices(server_help(artifact.server))
     assert choices is not None and {"ngram-mod", "ngram-simple", "ngram-map-k"} <= choices
 
 

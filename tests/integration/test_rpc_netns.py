@@ -16,9 +16,9 @@ import pytest
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import recipes
-from llamaspec.models.dialects import server_help
 from llamaspec.models.embedded import EMBEDDED_SHA256
 from llamaspec.models.methods import determinism_args
+from llamaspec.models.server_help import server_help
 from llamaspec.perf import netlab, rpcstudy
 from llamaspec.proof import verify
 from llamaspec.proof.prompts import CODE

@@ -11,7 +11,7 @@ from rich.console import Console
 from llamaspec import config
 from llamaspec.engine import toolchain
 from llamaspec.errors import LlamaspecError
-from llamaspec.perf import bench, costmodel, tune, workloads
+from llamaspec.perf import bench, bench_plans, bench_report, costmodel, tune, tune_report, workloads
 
 pytestmark = pytest.mark.unit
 
@@ -257,97 +257,99 @@ def test_apply_sets_the_candidates_settings_on_the_recipe() -> None:
 
 def test_state_resumes_only_the_same_run(tmp_path: Path) -> None:
     path = tmp_path / "tune.state.json"
-    state = tune.State.load(path, "key-a")
+    state = tune_report.State.load(path, "key-a")
     state.baseline = {"copy": 70.0, "_seconds": 12.0}
-    state.done["c1"] = tune.CandidateResult("one", {}, (), passed=True, score=1.5)
-    state.done["c2"] = tune.CandidateResult("two", {}, (), passed=False, score=0.0)
+    state.done["c1"] = tune_report.CandidateResult("one", {}, (), passed=True, score=1.5)
+    state.done["c2"] = tune_report.CandidateResult("two", {}, (), passed=False, score=0.0)
     state.save()
-    again = tune.State.load(path, "key-a")
+    again = tune_report.State.load(path, "key-a")
     assert again.baseline == state.baseline and set(again.done) == {"c1", "c2"}
-    assert tune.State.load(path, "key-b").done == {}  # another recipe, build or mix
-    assert tune.State.load(path, "key-a", fresh=True).done == {}
+    assert tune_report.State.load(path, "key-b").done == {}  # another recipe, build or mix
+    assert tune_report.State.load(path, "key-a", fresh=True).done == {}
     path.write_text("{not json")
-    assert tune.State.load(path, "key-a").done == {}
-    assert tune.best(again.done) is None  # no candidate timed twice yet
-    again.second["c1"] = tune.PassTiming({"copy": 1.2}, 1.2)
+    assert tune_report.State.load(path, "key-a").done == {}
+    assert tune_report.best(again.done) is None  # no candidate timed twice yet
+    again.second["c1"] = tune_report.PassTiming({"copy": 1.2}, 1.2)
     again.save()
-    resumed = tune.State.load(path, "key-a")
+    resumed = tune_report.State.load(path, "key-a")
     assert resumed.second == again.second
-    resumed.done["c1"] = tune.both_passes(resumed.done["c1"], resumed.second["c1"])
-    assert tune.best(resumed.done).label == "one"
+    resumed.done["c1"] = tune_report.both_passes(resumed.done["c1"], resumed.second["c1"])
+    assert tune_report.best(resumed.done).label == "one"
 
 
 def test_winner_is_chosen_on_both_passes() -> None:
     """Pass 1's best can lose: the leaders are timed again and the winner has the best
     geometric mean of both scores; the report shows both figures and their spread."""
 
-    def timed(label: str, score: float) -> tune.CandidateResult:
-        return tune.CandidateResult(label, {}, (), True, score, speedups={"qa": score})
+    def timed(label: str, score: float) -> tune_report.CandidateResult:
+        return tune_report.CandidateResult(label, {}, (), True, score, speedups={"qa": score})
 
     done = {
         "lucky": timed("lucky", 2.0),
         "steady": timed("steady", 1.8),
         "third": timed("third", 1.5),
         "fourth": timed("fourth", 1.4),
-        "bad": tune.CandidateResult("bad", {}, (), False, 0.0, refused=True, check="x"),
+        "bad": tune_report.CandidateResult("bad", {}, (), False, 0.0, refused=True, check="x"),
     }
-    assert tune.leaders(done) == ["lucky", "steady", "third"]  # at least three, refused never
+    # at least three, refused never
+    assert tune_report.leaders(done) == ["lucky", "steady", "third"]
     second = {
-        "lucky": tune.PassTiming({"qa": 1.2}, 1.2),
-        "steady": tune.PassTiming({"qa": 1.8}, 1.8),
-        "third": tune.PassTiming({"qa": 1.5}, 1.5),
+        "lucky": tune_report.PassTiming({"qa": 1.2}, 1.2),
+        "steady": tune_report.PassTiming({"qa": 1.8}, 1.8),
+        "third": tune_report.PassTiming({"qa": 1.5}, 1.5),
     }
     for k, v in second.items():
-        done[k] = tune.both_passes(done[k], v)
-    win = tune.best(done)
+        done[k] = tune_report.both_passes(done[k], v)
+    win = tune_report.best(done)
     assert win.label == "steady" and win.final_score == pytest.approx(1.8)
     assert done["lucky"].spread == pytest.approx(0.8)
     assert done["lucky"].final_score == pytest.approx((2.0 * 1.2) ** 0.5, rel=1e-3)
-    assert tune._verdict(done["bad"]).startswith("refused, not timed")
+    assert tune_report._verdict(done["bad"]).startswith("refused, not timed")
     assert tune.second_pass_seconds(10.0, 2, 3) == pytest.approx(3 * (22.0 + 10.0))
 
 
 def test_score_budget_and_refusals() -> None:
-    assert tune.score({"a": 2.0, "b": 0.5}) == pytest.approx(1.0)
-    assert tune.score({"a": 2.0, "b": 0.0}) == 0.0
+    assert tune_report.score({"a": 2.0, "b": 0.5}) == pytest.approx(1.0)
+    assert tune_report.score({"a": 2.0, "b": 0.0}) == 0.0
     assert tune.fits(100, 50, 200) and not tune.fits(180, 50, 200)
     msg = tune.too_small(1, 45, 40)
     assert "too small for one candidate" in msg and "--budget 2" in msg
     assert "an earlier run's timing" in tune.too_small(1, 45, 40, estimated=True)
     with pytest.raises(LlamaspecError, match="not a file"):
-        tune.adhoc_recipe(Path("/nonexistent/t.gguf"), None, ["ngram-mod"], None)
+        bench_plans.adhoc_recipe(Path("/nonexistent/t.gguf"), None, ["ngram-mod"], None)
 
 
 def test_adhoc_recipe_checks_types_and_draft(tmp_path: Path) -> None:
     target = tmp_path / "My Model.Q4.gguf"
     target.write_bytes(b"GGUF")
-    r = tune.adhoc_recipe(target, None, ["ngram-mod"], 12)
+    r = bench_plans.adhoc_recipe(target, None, ["ngram-mod"], 12)
     assert r.spec.types == ("ngram-mod",) and r.spec.draft_n_max == 12
     assert r.name == "adhoc-my-model.q4"
     with pytest.raises(LlamaspecError, match="Did you mean 'ngram-mod'"):
-        tune.adhoc_recipe(target, None, ["ngram-mode"], None)
+        bench_plans.adhoc_recipe(target, None, ["ngram-mode"], None)
     with pytest.raises(LlamaspecError, match="add --draft FILE"):
-        tune.adhoc_recipe(target, None, ["draft"], None)
+        bench_plans.adhoc_recipe(target, None, ["draft"], None)
     with pytest.raises(LlamaspecError, match="needs --spec TYPE"):
-        tune.adhoc_recipe(target, None, [], None)
+        bench_plans.adhoc_recipe(target, None, [], None)
 
 
 def test_supported_types_come_from_the_dialect_and_help() -> None:
-    up = tune.supported_types("upstream", "--spec-type none,draft-simple,ngram-mod,ngram-simple\n")
+    up = bench_plans.supported_types(
+        "upstream", "--spec-type none,draft-simple,ngram-mod,ngram-simple\n"
+    )
     assert up == {"draft", "ngram-mod", "ngram-simple"}
-    assert "ngram-map-k" in tune.supported_types("upstream", "no list here")
+    assert "ngram-map-k" in bench_plans.supported_types("upstream", "no list here")
 
 
 def test_the_report_says_what_priced_the_steps() -> None:
-    from llamaspec.perf import bench
-
     report = json.loads(
         (ROOT / "reports" / "bench-gemma3-270m-ngram-llamacpp-cpu-9036434bcbf5.json").read_text()
     )
     report["cost_model"]["verify_ratio"] = {}
-    assert "the prediction prices steps with the prompt batches above" in bench.markdown(report)
+    md = bench_report.markdown(report)
+    assert "the prediction prices steps with the prompt batches above" in md
     report["cost_model"]["verify_ratio"] = {"2": 1.3, "9": 3.1}
-    md = bench.markdown(report)
+    md = bench_report.markdown(report)
     assert "timed just before it: k=2: 1.3, k=9: 3.1; the prediction prices steps" in md
 
 
@@ -380,7 +382,7 @@ def test_a_candidate_that_fails_the_fast_check_is_refused_and_never_timed(
     plan = bench.BenchPlan("r", ("-m", "t.gguf"), ("--spec-type", "ngram-mod"), ("ngram-mod",),
                            tmp_path / "t.gguf", None, 17)  # fmt: skip
     monkeypatch.setattr(tune, "apply", lambda recipe, engine, c: recipe)
-    monkeypatch.setattr(tune, "recipe_plan", lambda *a, **k: plan)
+    monkeypatch.setattr(bench_plans, "recipe_plan", lambda *a, **k: plan)
     failed = SimpleNamespace(passed=False, detail="code: first difference at token 3")
     monkeypatch.setattr(verify, "fast_check", lambda *a, **k: failed)
 
@@ -395,18 +397,17 @@ def test_a_candidate_that_fails_the_fast_check_is_refused_and_never_timed(
         (), None, 0, tmp_path, Console(),
     )  # fmt: skip
     assert r.refused and not r.passed and r.speedups is None and r.score == 0.0
-    assert tune._verdict(r) == "refused, not timed: code: first difference at token 3"
-    assert tune.leaders({"x": r}) == []
+    assert tune_report._verdict(r) == "refused, not timed: code: first difference at token 3"
+    assert tune_report.leaders({"x": r}) == []
 
 
 def test_bench_server_args_go_to_both_servers_and_must_be_known(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from llamaspec.engine.artifact import Artifact
-    from llamaspec.models import dialects
-    from llamaspec.perf import bench_plans
+    from llamaspec.models import server_help
 
-    monkeypatch.setattr(dialects, "server_help", lambda _b: "-fa, --flash-attn [on|off]\n")
+    monkeypatch.setattr(server_help, "server_help", lambda _b: "-fa, --flash-attn [on|off]\n")
     art = Artifact("llamacpp-cpu-0123456789ab", tmp_path, {}, False)
     plan = bench.BenchPlan("r", ("-m", "t.gguf"), ("--spec-type", "ngram-mod"), ("ngram-mod",),
                            tmp_path / "t.gguf", None, 17)  # fmt: skip
@@ -417,18 +418,16 @@ def test_bench_server_args_go_to_both_servers_and_must_be_known(
 
 
 def test_host_bandwidth_bounds_only_a_cpu_report() -> None:
-    from llamaspec.perf import bench, costmodel
-
     report = json.loads(
         (ROOT / "reports" / "bench-gemma3-270m-ngram-llamacpp-cpu-9036434bcbf5.json").read_text()
     )
-    assert "→ plain-decoding limit" in bench.markdown(report)
+    assert "→ plain-decoding limit" in bench_report.markdown(report)
     costs = costmodel.BatchCosts(batch_ms={1: 2.0}, decode_ms=2.0, prefix_tokens=37)
     summary = costmodel.summary(costs, 0.0, 0.0, 253_000_000)
     assert summary["memory_bandwidth_gb_s"] is None and summary["plain_decode_limit_tps"] is None
     report["backend"] = "cuda"
     report["cost_model"].update(memory_bandwidth_gb_s=None, plain_decode_limit_tps=None)
-    md = bench.markdown(report)
+    md = bench_report.markdown(report)
     assert "plain-decoding limit: not estimated (cuda backend" in md
     assert "→ plain-decoding limit" not in md
 
@@ -438,7 +437,7 @@ def test_bench_and_tune_reports_are_written_from_their_frozen_results() -> None:
     byte: their fields are the report's keys, in the same order, and they are frozen."""
     from dataclasses import FrozenInstanceError, fields
 
-    keys = [f.name for f in fields(bench.BenchReport)]
+    keys = [f.name for f in fields(bench_report.BenchReport)]
     current = [
         p
         for p in sorted((ROOT / "reports").glob("bench-*.json"))
@@ -448,15 +447,15 @@ def test_bench_and_tune_reports_are_written_from_their_frozen_results() -> None:
     for path in current:
         raw = json.loads(path.read_text())
         cells = tuple(
-            bench.Cell(
+            bench_report.Cell(
                 w["workload"],
                 w["concurrency"],
-                *(tuple(bench.Sample(**s) for s in w[k]) for k in ("plain", "spec", "warm")),
+                *(tuple(bench_report.Sample(**s) for s in w[k]) for k in ("plain", "spec", "warm")),
                 w["summary"],
             )
             for w in raw["workloads"]
         )
-        report = bench.BenchReport(**{**raw, "workloads": cells})
+        report = bench_report.BenchReport(**{**raw, "workloads": cells})
         assert json.dumps(report.to_json(), indent=2) + "\n" == path.read_text(), path.name
     with pytest.raises(FrozenInstanceError):
         report.wall_seconds = 0.0  # type: ignore[misc]
@@ -464,9 +463,9 @@ def test_bench_and_tune_reports_are_written_from_their_frozen_results() -> None:
     assert tuned
     for path in tuned:
         raw = json.loads(path.read_text())
-        results = tuple(tune.CandidateResult.from_json(r) for r in raw["results"])
-        win = raw["winner"] and tune.CandidateResult.from_json(raw["winner"])
-        report = tune.TuneReport(**{**raw, "results": results, "winner": win})
+        results = tuple(tune_report.CandidateResult.from_json(r) for r in raw["results"])
+        win = raw["winner"] and tune_report.CandidateResult.from_json(raw["winner"])
+        report = tune_report.TuneReport(**{**raw, "results": results, "winner": win})
         assert json.dumps(report.to_json(), indent=2) + "\n" == path.read_text(), path.name
         assert report.winner in report.results and report.report_path is None
     with pytest.raises(FrozenInstanceError):

@@ -49,7 +49,7 @@ PAGES = {
 README = PAGES["README.md"]
 # Pages the site generates when it is built (docs/hooks.py): links to them are not broken.
 GENERATED = {
-    f"docs/{p}" for p in [*reference.pages(), "reports/index.md", "reference/environment.md"]
+    f"docs/{p}" for p in [*reference.cli_pages(), "reports/index.md", "reference/environment.md"]
 }
 # What a repository path starts with (dist/ is build output, not part of the repository).
 TOP = ("src/", "docs/", "reports/", "recipes/", "docker/", "tests/", "patches/", ".ci/", ".github/")

@@ -290,3 +290,137 @@ def test_the_config_package_is_base() -> None:
     assert {_layer(f"llamaspec.config.{p.stem}") for p in (PACKAGE / "config").glob("*.py")} == {
         "base"
     }
+
+
+# ---------------------------------------------------------------- module size, thin CLI
+
+MAX_LINES = 600
+# Modules allowed over MAX_LINES, each with the reason it cannot be split by job. Empty: a
+# module that grows past the limit is split by what it does (runner / report / plans), not
+# listed here.
+LONG_MODULES: dict[str, str] = {}
+
+
+def long_modules(package: Path) -> dict[str, int]:
+    """`engine/build.py` → lines, for every module over MAX_LINES."""
+    out = {}
+    for path in sorted(package.rglob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > MAX_LINES:
+            out[path.relative_to(package).as_posix()] = lines
+    return out
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """A module over MAX_LINES holds several jobs; split it by job (or list it, with why)."""
+    long = long_modules(PACKAGE)
+    unexplained = {p: n for p, n in long.items() if p not in LONG_MODULES}
+    assert not unexplained, f"modules over {MAX_LINES} lines: {unexplained}"
+    stale = set(LONG_MODULES) - set(long)
+    assert not stale, f"LONG_MODULES lists modules no longer over {MAX_LINES} lines: {stale}"
+
+
+# The floors a CLI handler calls into (the base modules and cli/ itself are free to import).
+STAGES = frozenset(LAYERS) - {"base", "cli"}
+# Stage modules one function of cli/ may import: the one whose function runs the command,
+# and one that turns an option into a value (the artifact an id names, workload names).
+CLI_STAGE_IMPORTS = 2
+
+
+def _stage_imports(
+    node: ast.AST, package: Path, where: str, out: list[tuple[int, str, str]]
+) -> None:
+    """(line, stage module, where) for each import of a stage module under `node`: `where`
+    is the top-level function it sits in, `<module>`, or `<type-checking>` (an
+    `if TYPE_CHECKING:` block: for annotations, never run)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and where == "<module>":
+            _stage_imports(child, package, child.name, out)
+        elif isinstance(child, ast.If) and ast.unparse(child.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            _stage_imports(child, package, "<type-checking>", out)
+        elif isinstance(child, ast.ImportFrom) and (child.module or "").startswith("llamaspec."):
+            for alias in child.names:
+                sub = f"{child.module}.{alias.name}"
+                target = sub if _is_module(sub, package) else child.module or ""
+                if _layer(target) in STAGES:
+                    out.append((child.lineno, target, where))
+        elif isinstance(child, ast.Import):
+            for alias in child.names:
+                if alias.name.startswith("llamaspec.") and _layer(alias.name) in STAGES:
+                    out.append((child.lineno, alias.name, where))
+        else:
+            _stage_imports(child, package, where, out)
+
+
+def thick_cli(package: Path) -> list[str]:
+    """Where cli/ does more than parse and hand over: a stage module imported at module level
+    (every `llamaspec --help` would load it), or a function importing more than
+    CLI_STAGE_IMPORTS stage modules (it orchestrates stages: that belongs in a stage)."""
+    wrong = []
+    for path in sorted((package / "cli").glob("*.py")):
+        found: list[tuple[int, str, str]] = []
+        _stage_imports(ast.parse(path.read_text(encoding="utf-8")), package, "<module>", found)
+        rel = path.relative_to(package).as_posix()
+        wrong += [f"{rel}:{n} imports {m} at module level" for n, m, w in found if w == "<module>"]
+        by_function: dict[str, set[str]] = {}
+        for _n, module, where in found:
+            if not where.startswith("<"):
+                by_function.setdefault(where, set()).add(module)
+        wrong += [
+            f"{rel}: {name}() imports {len(mods)} stage modules ({', '.join(sorted(mods))})"
+            for name, mods in by_function.items()
+            if len(mods) > CLI_STAGE_IMPORTS
+        ]
+    return wrong
+
+
+def test_the_cli_only_parses_and_hands_over() -> None:
+    """Each handler imports its stage lazily and calls one function of it (with at most one
+    more stage module to turn an option into a value); orchestration lives in the stages."""
+    wrong = thick_cli(PACKAGE)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_thin_cli_check_flags_a_dispatch_chain(tmp_path: Path) -> None:
+    """The check catches what cli/ used to hold: a module-level stage import and one
+    `dispatch` function that imports the image modules and branches over the commands."""
+    package = _plant(
+        tmp_path,
+        {
+            "images/build.py": "",
+            "images/specs.py": "",
+            "images/tools.py": "",
+            "images/smoke.py": "",
+            "engine/artifact.py": "",
+            "cli/docker.py": (
+                "from typing import TYPE_CHECKING\n"
+                "from llamaspec.images import specs\n"
+                "if TYPE_CHECKING:\n"
+                "    from llamaspec.engine.artifact import Artifact\n"
+                "def dispatch(args):\n"
+                "    from llamaspec.images import build, specs, tools\n"
+                "    if args.command == 'smoke':\n"
+                "        from llamaspec.images.smoke import smoke_image\n"
+                "def cmd_docker_smoke(args):\n"
+                "    from llamaspec.images import tools\n"
+                "    from llamaspec.images.smoke import smoke_image\n"
+            ),
+        },
+    )
+    assert thick_cli(package) == [
+        "cli/docker.py:2 imports llamaspec.images.specs at module level",
+        "cli/docker.py: dispatch() imports 4 stage modules (llamaspec.images.build, "
+        "llamaspec.images.smoke, llamaspec.images.specs, llamaspec.images.tools)",
+    ]
+    (package / "cli" / "docker.py").write_text(
+        "def cmd_docker_smoke(args):\n"
+        "    from llamaspec.images import tools\n"
+        "    from llamaspec.images.smoke import smoke_image\n"
+    )
+    assert thick_cli(package) == []
+    assert long_modules(package) == {}
+    (package / "images" / "build.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    assert long_modules(package) == {"images/build.py": MAX_LINES + 1}

@@ -14,7 +14,7 @@ import yaml
 
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import compat, dialects, recipes
+from llamaspec.models import compat, dialects, recipes, server_help
 
 from ggufs import vocab, write_gguf
 from runcli import cli
@@ -504,12 +504,12 @@ def test_engine_spellings_live_only_in_the_dialect_module() -> None:
 
 def test_spec_type_choices_from_either_engine() -> None:
     upstream = "--spec-type none,draft-simple,ngram-mod   comma-separated list"
-    assert dialects.spec_type_choices(upstream) == {"none", "draft-simple", "ngram-mod"}
+    assert server_help.spec_type_choices(upstream) == {"none", "draft-simple", "ngram-mod"}
     ik = (
         "  --spec-type Name [none | ngram - cache | ngram - simple | ngram - map - k | "
         "ngram - map - k4v | ngram - mod] type of speculative decoding"
     )
-    assert dialects.spec_type_choices(ik) == {
+    assert server_help.spec_type_choices(ik) == {
         "none", "ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"
     }  # fmt: skip
     cmd = recipes.ServerCommand(("s", "--spec-type", "ngram-mod"), "ik-legacy")
@@ -517,7 +517,7 @@ def test_spec_type_choices_from_either_engine() -> None:
     bad = recipes.ServerCommand(("s", "--spec-type", "ngram-dflash"), "ik-legacy")
     with pytest.raises(LlamaspecError, match="does not offer spec type ngram-dflash"):
         recipes.check_against_help(bad, ik, "ik")
-    assert dialects.spec_type_choices("-m FNAME  model") is None
+    assert server_help.spec_type_choices("-m FNAME  model") is None
 
 
 def test_help_check_refuses_removed_and_unknown_flags() -> None:
@@ -531,7 +531,7 @@ def test_help_check_refuses_removed_and_unknown_flags() -> None:
         "--host HOST                             address\n"
         "--port PORT                             port\n"
     )
-    assert dialects.accepted_flags(help_text) == {
+    assert server_help.accepted_flags(help_text) == {
         "--spec-draft-n-max",
         "--spec-type",
         "-m",

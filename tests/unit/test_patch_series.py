@@ -322,7 +322,7 @@ def test_ik_hybrid_defect_names_the_series_and_stops_with_it_applied() -> None:
 def test_verify_runs_the_hybrid_model_by_default_only_without_the_hybrid_defect() -> None:
     from types import SimpleNamespace
 
-    from llamaspec.cli.verify import default_models
+    from llamaspec.proof.suite import default_models
 
     def art(patched: list[str], engine: str = "ik_llama.cpp") -> SimpleNamespace:
         applied = [{"id": i, "status": "applied"} for i in patched]

@@ -12,7 +12,7 @@ from llamaspec import config
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.models.methods import Method, choose_methods, methods_for
-from llamaspec.perf import bench
+from llamaspec.perf import bench, bench_report
 from llamaspec.proof.prompts import VERIFY_PROMPTS
 
 pytestmark = pytest.mark.unit
@@ -20,31 +20,31 @@ pytestmark = pytest.mark.unit
 
 def test_summary_reports_speedup_acceptance_and_ratio() -> None:
     plain = (
-        bench.Sample(64, 10.0, 7.0),
-        bench.Sample(64, 12.0, 6.0),
-        bench.Sample(64, 11.0, 6.5),
+        bench_report.Sample(64, 10.0, 7.0),
+        bench_report.Sample(64, 12.0, 6.0),
+        bench_report.Sample(64, 11.0, 6.5),
     )
-    spec = (bench.Sample(64, 16.5, 4.0, 40, 30, 10, (9, 8, 7, 6)),) * 3
-    cell = bench.Cell("code", 1, plain, spec)
+    spec = (bench_report.Sample(64, 16.5, 4.0, 40, 30, 10, (9, 8, 7, 6)),) * 3
+    cell = bench_report.Cell("code", 1, plain, spec)
     s = bench.summarize(cell, {1: 10.0, 2: 11.0, 4: 12.0, 5: 12.5}, 0.0, True)
     assert s["speedup"] == pytest.approx(1.5) and s["acceptance"] == 0.75
     assert s["mean_accepted_length"] == 3.0 and s["plain_tps_spread"] == [10.0, 12.0]
     assert s["acceptance_by_position"] == [0.9, 0.8, 0.7, 0.6]
     assert s["accepted_length_histogram"] == [3, 3, 3, 3, 18]
     assert s["measured_over_expected"] == pytest.approx(1.5 / s["expected_speedup"], rel=1e-2)
-    four = bench.Cell("code", 4, cell.plain, cell.spec)
+    four = bench_report.Cell("code", 4, cell.plain, cell.spec)
     assert bench.summarize(four, {1: 10.0}, 0.0, True)["expected_speedup"] is None
 
 
 def test_warm_figures_are_a_second_labelled_column_beside_first_exposure() -> None:
     """The headline is first exposure; a method that keeps state gets its warm figure (the
     same workload again) in columns of its own, with its own acceptance and prediction."""
-    cell = bench.Cell(
+    cell = bench_report.Cell(
         "copy",
         1,
-        plain=(bench.Sample(64, 10.0, 7.0),) * 3,
-        spec=(bench.Sample(64, 9.0, 7.0, 10, 2, 5, (0.2,)),) * 3,
-        warm=(bench.Sample(64, 20.0, 3.0, 40, 36, 6, (0.9,)),) * 3,
+        plain=(bench_report.Sample(64, 10.0, 7.0),) * 3,
+        spec=(bench_report.Sample(64, 9.0, 7.0, 10, 2, 5, (0.2,)),) * 3,
+        warm=(bench_report.Sample(64, 20.0, 3.0, 40, 36, 6, (0.9,)),) * 3,
     )
     s = bench.summarize(cell, {1: 10.0, 2: 11.0, 9: 14.0}, 0.0, True)
     assert s["speedup"] == pytest.approx(0.9) and s["warm_speedup"] == pytest.approx(2.0)
@@ -52,12 +52,16 @@ def test_warm_figures_are_a_second_labelled_column_beside_first_exposure() -> No
     assert s["expected_speedup"] < s["warm_expected_speedup"]
     report = {"keeps_state": ["ngram-mod"], "workloads": [{"workload": "copy", "concurrency": 1,
                                                              "summary": s}]}  # fmt: skip
-    (row,) = bench.rows(report)
-    assert bench.head(report)[-3:] == bench.WARM_HEAD and row[4] == "0.90×" and row[-3] == "2.00×"
+    (row,) = bench_report.rows(report)
+    assert (
+        bench_report.head(report)[-3:] == bench_report.WARM_HEAD
+        and row[4] == "0.90×"
+        and row[-3] == "2.00×"
+    )
     # a stateless method has no warm columns, and its summary no warm keys
     cell = replace(cell, warm=())
     assert not any(k.startswith("warm") for k in bench.summarize(cell, None, 0.0, True))
-    assert bench.head({"keeps_state": []}) == bench.HEAD
+    assert bench_report.head({"keeps_state": []}) == bench_report.HEAD
     assert {"ngram-mod", "ngram-cache"} <= bench.KEEPS_STATE and "draft" not in bench.KEEPS_STATE
 
 

@@ -135,13 +135,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_bench_portable(args: argparse.Namespace, console: Console) -> None:
     from llamaspec.engine.artifact import load_artifact
-    from llamaspec.models.embedded import embedded_model
     from llamaspec.perf.portable import bench_portable
 
     artifact = shared.load_artifact(args)
     native = load_artifact(args.dist, args.native)
-    model = args.model or embedded_model(console.print)
-    bench_portable(artifact, native, model, args.reports, console, cpu=args.cpu, rounds=args.rounds)
+    bench_portable(
+        artifact, native, args.model, args.reports, console, cpu=args.cpu, rounds=args.rounds
+    )
 
 
 def cmd_bench_reproducible(args: argparse.Namespace, console: Console) -> None:
@@ -179,34 +179,25 @@ def cmd_tune(args: argparse.Namespace, console: Console) -> None:
 
 
 def cmd_bench(args: argparse.Namespace, console: Console) -> None:
-    from llamaspec.perf import bench, bench_plans, workloads
+    from llamaspec.perf import bench_plans, workloads
 
     artifact = shared.load_artifact(args)
     chosen = workloads.select(args.workload)  # unknown names fail before anything starts
     _check_adhoc(args)
-    p = bench_plans.bench_plan(
+    bench_plans.run_bench(
         artifact,
         args.recipe or DEFAULT_RECIPE,
         args.target,
         args.draft,
         args.spec,
         args.n_max,
-        console,
-    )
-    stem = None
-    if args.server_arg:
-        p = bench_plans.with_server_args(p, args.server_arg, artifact)
-        stem = bench_plans.server_args_stem(p, args.server_arg, artifact)
-    bench.bench(
-        artifact,
-        p,
+        args.server_arg or (),
         chosen,
         args.reports,
         console,
         concurrency=args.concurrency or (1, 4),
         repetitions=args.repetitions,
         cost_model=not args.no_cost_model,
-        stem=stem,
     )
 
 

@@ -14,8 +14,6 @@ from llamaspec.paths import default_out
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from llamaspec.engine.artifact import Artifact
-
 
 def _spec(read: Any, label: str) -> dict[str, Any]:
     """A default from llamaspec.images.specs, read when the command runs (fast --help)."""
@@ -114,10 +112,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sz.set_defaults(handler=cmd_docker_size)
 
 
-def _artifact(args: argparse.Namespace) -> Artifact:
-    """The artifact `--from-artifact` names, refused where the image cannot carry it."""
-    from llamaspec.images.artifact import for_image
-
+def _check_from_artifact(args: argparse.Namespace) -> None:
+    """`--from-artifact` takes the build's inputs from the artifact: refuse options that
+    would set them (the image build checks the artifact itself)."""
     given = [
         flag
         for flag, value in (
@@ -136,7 +133,6 @@ def _artifact(args: argparse.Namespace) -> Artifact:
             f"nothing in the image; drop {', '.join(given)} (or drop --from-artifact to build "
             "in the image)."
         )
-    return for_image(args.dist, args.from_artifact, args.engine, args.backend, args.allow_native)
 
 
 # One handler per `docker` subcommand; the image modules load on use (fast --help).
@@ -159,39 +155,28 @@ def cmd_docker_build_stage(args: argparse.Namespace, console: Console) -> None:
 
 
 def cmd_docker_build(args: argparse.Namespace, console: Console) -> None:
-    from llamaspec import config
     from llamaspec.images import build as image_build
-    from llamaspec.images import specs as images
-    from llamaspec.images import tools
 
-    engines = config.load_engines()
-    artifact = _artifact(args) if args.from_artifact else None
-    if artifact is None:
-        spec = images.ImageSpec(
-            engine=args.engine or "llama.cpp",
-            backend=args.backend or "cpu",
-            pin=args.pin,
-            patches=tuple(images.split_list(args.patches)),
-            variants=tuple(args.variant),
-            defines=tuple(args.define),
-            registry=args.registry,
-            base_image=args.base_image,
-            build_image=args.build_image,
-        )
-    else:
-        spec = images.artifact_spec(
-            artifact.manifest,
-            engines,
-            config.load_series(),
-            args.registry,
-            args.base_image,
-            args.build_image,
-        )
-    images.validate(spec, engines)
-    tool = tools.detect(args.tool)
-    built = image_build.build_image(
-        tool, spec, console, ccache=args.ccache_dir, push=args.push, artifact=artifact
+    if args.from_artifact:
+        _check_from_artifact(args)
+    request = image_build.ImageRequest(
+        engine=args.engine,
+        backend=args.backend,
+        pin=args.pin,
+        patches=args.patches,
+        variants=tuple(args.variant),
+        defines=tuple(args.define),
+        registry=args.registry,
+        base_image=args.base_image,
+        build_image=args.build_image,
+        from_artifact=args.from_artifact,
+        dist=args.dist,
+        allow_native=args.allow_native,
+        tool=args.tool,
+        ccache=args.ccache_dir,
+        push=args.push,
     )
+    built = image_build.build_requested(request, console)
     if args.out:
         args.out.write_text(json.dumps(built.to_json(), indent=2) + "\n")
 
@@ -232,13 +217,11 @@ def cmd_docker_smoke(args: argparse.Namespace, console: Console) -> None:
 
 
 def cmd_docker_push(args: argparse.Namespace, console: Console) -> None:
-    from llamaspec.images import registry, tools
-    from llamaspec.images.build import load_record
+    from llamaspec.images.build import push_record
 
-    record = load_record(args.record)
-    ref = registry.push(tools.detect(args.tool), record["tags"])
+    ref, tag = push_record(args.record, args.tool)
     # `key=value` lines: the publishing workflow appends them to $GITHUB_OUTPUT
-    print(f"ref={ref}\ndigest={ref.rsplit('@', 1)[1]}\ntag={record['tags'][0]}")
+    print(f"ref={ref}\ndigest={ref.rsplit('@', 1)[1]}\ntag={tag}")
 
 
 def cmd_docker_matrix(args: argparse.Namespace, console: Console) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,12 +73,31 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_draft_find(args: argparse.Namespace, console: Console) -> None:
-    from rich.markup import escape
+    from llamaspec.perf import draft_measure
 
-    from llamaspec import config
-    from llamaspec.models import drafts, recipes
-    from llamaspec.paths import project_root
+    _check(args)
+    path = draft_measure.draft_find(
+        args.target,
+        console,
+        limit=args.limit,
+        extra_terms=args.search,
+        measuring=args.measure,
+        memory_gb=args.memory,
+        ctx=args.ctx or 4096,
+        top=args.top or 2,
+        reports=args.reports or default_out("reports"),
+        dist=args.dist or default_out("dist"),
+        artifact_id=args.artifact,
+    )
+    if path is not None:
+        console.print(
+            f"draft measure: wrote {path} (models and pair in your models.yaml); check it with "
+            f"`llamaspec verify --recipe {path.stem}`"
+        )
 
+
+def _check(args: argparse.Namespace) -> None:
+    """The measuring options go with --measure; --memory is a size."""
     measuring = ("memory", "ctx", "top", "reports", "artifact", "dist")
     given = [f"--{o}" for o in measuring if getattr(args, o) is not None]
     if given and not args.measure:
@@ -89,49 +107,3 @@ def cmd_draft_find(args: argparse.Namespace, console: Console) -> None:
         )
     if args.memory is not None and args.memory <= 0:
         raise LlamaspecError(f"--memory {args.memory:g} is not a size in GiB above 0.")
-    root = project_root()
-    catalog = config.load_models(root)
-    known = recipes.load_all(root, lambda _m: None)
-    target = drafts.resolve_target(args.target, catalog)
-    found = drafts.find(
-        target,
-        catalog,
-        known,
-        limit=args.limit,
-        extra_terms=args.search,
-        say=lambda m: console.print(m, style="dim"),
-    )
-    console.print(drafts.table(found))
-    for s in found.skipped:
-        console.print(escape(f"skipped: {s}"), style="dim")
-    compatible = [c for c in found.candidates if c.ok]
-    console.print(
-        f"draft find: {found.searched} repo(s) found, {len(found.candidates)} header(s) read, "
-        f"{len(compatible)} compatible."
-    )
-    if not compatible:
-        console.print(escape(drafts.no_draft_advice(found, catalog, known)))
-    if args.measure:
-        from llamaspec.engine.artifact import load_artifact, newest_artifact
-        from llamaspec.perf import draft_measure
-
-        dist = args.dist or default_out("dist")
-        artifact = load_artifact(dist, args.artifact or newest_artifact(dist))
-        memory = args.memory or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-        reports = args.reports or default_out("reports")
-        if not compatible:
-            console.print(escape(draft_measure.ngram(found, artifact, console, reports)))
-            return
-        path = draft_measure.measure(
-            found,
-            artifact,
-            console,
-            memory_gb=memory,
-            ctx=args.ctx or 4096,
-            top=args.top or 2,
-            reports=reports,
-        )
-        console.print(
-            f"draft measure: wrote {path} (models and pair in your models.yaml); check it with "
-            f"`llamaspec verify --recipe {path.stem}`"
-        )

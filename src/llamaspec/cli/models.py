@@ -224,7 +224,6 @@ def cmd_recipe_show(args: argparse.Namespace, console: Console) -> None:
         )
         print(line, end="")
         return
-    from llamaspec.models import recipes
     from llamaspec.runtime.serve import recipe_command
 
     shown = recipe_command(args.recipe, _render_options(args), console)
@@ -232,13 +231,7 @@ def cmd_recipe_show(args: argparse.Namespace, console: Console) -> None:
     if args.format == "argv":
         print(json.dumps(list(cmd.argv)))
     elif args.format == "llama-swap":
-        if shown.missing:  # llama-swap would start a server that cannot open its model
-            raise LlamaspecError(
-                f"A llama-swap entry must name model files llama-server can open, and "
-                f"{', '.join(shown.missing)} not downloaded yet. Run `llamaspec models pull "
-                f"{recipe.pair}` first, then this again."
-            )
-        print(recipes.llama_swap(recipe.name, cmd, args.ttl, args.alias), end="")
+        print(shown.llama_swap(args.ttl, args.alias), end="")
     else:
         print(cmd.shell())
     for note in cmd.notes:

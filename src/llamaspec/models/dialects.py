@@ -7,13 +7,13 @@ recipe's `config.SpecSettings` and `config.ServerSettings`) into argv through th
 `spec_args` (smoke, verify, bench) goes through the same renderer. One rule drops the
 options that only mean something when the build can offload (`OFFLOAD_ONLY`).
 
-The truth for a given binary is its own `--help`; `check_help` and `check_against_help`
-compare rendered argv against it.
+The truth for a given binary is its own `--help`, read by `server_help`:
+`check_against_help` compares a rendered command against it, and `dialect_for` (through
+`probe_dialect` for pins engines.yaml does not record) tells which dialect a build speaks.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +23,13 @@ from typing import Literal
 from llamaspec import config
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
+from llamaspec.models.server_help import (
+    accepted_flags,
+    help_flags,
+    is_number,
+    server_help,
+    spec_type_choices,
+)
 
 Method = Literal["draft", "ngram-simple", "ngram-map-k", "ngram-mod", "mtp"]
 
@@ -502,73 +509,7 @@ class ServerCommand:
         return shlex.join(self.argv)
 
 
-# --- the binary's own --help ----------------------------------------------------------------
-
-_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
-
-
-def help_flags(help_text: str) -> set[str]:
-    """Every flag spelling mentioned in a binary's `--help` output."""
-    return set(_FLAG.findall(help_text))
-
-
-_REMOVED = re.compile(r"has been removed|is deprecated and has no effect", re.I)
-
-
-def accepted_flags(help_text: str) -> set[str]:
-    """Flags a binary accepts: those in its --help, minus those it says were removed."""
-    accepted: set[str] = set()
-    entry: list[str] = []
-
-    def flush() -> None:
-        if entry and not _REMOVED.search(" ".join(entry)):
-            for segment in re.split(r"\s{2,}", entry[0].strip()):
-                if not segment.startswith("-"):
-                    break  # the description starts here
-                accepted.update(help_flags(segment))
-        entry.clear()
-
-    for line in help_text.splitlines():
-        if line.lstrip().startswith("-") and not line.startswith(" " * 10):
-            flush()
-        entry.append(line)
-    flush()
-    return accepted
-
-
-def is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def check_help(argv: Sequence[str], help_text: str, binary: str) -> None:
-    """Refuse flags the binary's own `--help` does not list (values are not checked)."""
-    known = accepted_flags(help_text)
-    unknown = [a for a in argv if a.startswith("-") and not is_number(a) and a not in known]
-    if unknown:
-        raise LlamaspecError(
-            f"{binary} does not accept {', '.join(unknown)} (not in its --help). The recipe's "
-            "dialect does not match this build's pin; pick the dialect the binary speaks."
-        )
-
-
-_SPEC_LIST = re.compile(r"--spec-type\s+([a-z0-9-]+(?:,[a-z0-9-]+)+)")
-_SPEC_BRACKET = re.compile(r"--spec-type\s+\w+\s*\[([^\]]*)\]")
-
-
-def spec_type_choices(help_text: str) -> set[str] | None:
-    """The values `--spec-type` lists in a --help (None when not listed): upstream's comma
-    list, or ik_llama.cpp's `[none | ngram - cache | …]` (spaced around its hyphens)."""
-    m = _SPEC_LIST.search(help_text)
-    if m:
-        return set(m.group(1).split(","))
-    m = _SPEC_BRACKET.search(help_text)
-    if m:
-        return {re.sub(r"\s*-\s*", "-", v.strip()) for v in m.group(1).split("|") if v.strip()}
-    return None
+# --- checked against the binary's own --help ------------------------------------------
 
 
 def check_against_help(cmd: ServerCommand, help_text: str, binary: str) -> None:
@@ -608,16 +549,6 @@ def probe_dialect(engine: str, help_text: str) -> str:
     if engine == "llama.cpp":
         return "upstream" if "--spec-draft-n-max" in flags else "upstream-legacy"
     return "ik-legacy" if "--draft-max" in flags else "ik-spec-type"
-
-
-def server_help(server_bin: Path) -> str:
-    """The binary's own --help: the truth about which flags it accepts."""
-    from llamaspec import procs
-
-    proc = procs.run(
-        [str(server_bin), "--help"], timeout=60, check=False, what=f"{server_bin.name} --help"
-    )
-    return proc.stdout + proc.stderr
 
 
 def dialect_for(artifact: Artifact, say=None, root: Path | None = None) -> str:

@@ -5,6 +5,7 @@ header alone (range requests for a remote file). Its family (`general.basename`,
 architecture) is the Hub search term; every GGUF repo the search returns is listed (file
 names, sizes: the quantizations on offer), one file of each is read the same way, and the
 engine's rules (`compat.check`) judge it. Nothing is downloaded beyond headers.
+`find_and_show` is `draft find`'s search, with what it prints.
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ import huggingface_hub as hf
 from huggingface_hub import errors as hf_errors
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from llamaspec import config
 from llamaspec.config import ModelFile, ModelsFile, Recipe
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import compat, hub
+from llamaspec.models.recipes import load_all
+from llamaspec.paths import project_root
 
 # The draft size the ranking aims at, as a share of the target's parameters: small enough
 # to cost little per token, large enough to agree with the target often.
@@ -459,3 +464,38 @@ def no_draft_advice(found: Found, catalog: ModelsFile, recipes: dict[str, Recipe
         "or try `--search TERM` for a draft published under another name."
     )
     return text
+
+
+def find_and_show(
+    target: str,
+    console: Console,
+    *,
+    limit: int = 20,
+    extra_terms: Sequence[str] = (),
+    root: Path | None = None,
+) -> Found:
+    """`draft find TARGET`: resolve the target (against the catalog), search and judge, and
+    print the ranked table, what was skipped, how many fit, and (when none does) what works
+    without a draft."""
+    root = root or project_root()
+    catalog = config.load_models(root)
+    known = load_all(root, lambda _m: None)
+    found = find(
+        resolve_target(target, catalog),
+        catalog,
+        known,
+        limit=limit,
+        extra_terms=extra_terms,
+        say=lambda m: console.print(m, style="dim"),
+    )
+    console.print(table(found))
+    for s in found.skipped:
+        console.print(escape(f"skipped: {s}"), style="dim")
+    compatible = [c for c in found.candidates if c.ok]
+    console.print(
+        f"draft find: {found.searched} repo(s) found, {len(found.candidates)} header(s) read, "
+        f"{len(compatible)} compatible."
+    )
+    if not compatible:
+        console.print(escape(no_draft_advice(found, catalog, known)))
+    return found

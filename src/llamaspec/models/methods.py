@@ -1,10 +1,10 @@
 """The speculative methods a build offers, learnt from its own `--help`.
 
-dialects spells the flags and reads a binary's `--help` (which flags it accepts, which
-spec types `--spec-type` lists); this module turns that into the methods a build can run
-(`methods_for`, each a `Method`: a name and the server arguments that turn it on), the
-user's choice among them (`choose_methods`), and the determinism flags the build has
-(`determinism_args`). verify sweeps these methods and smoke picks from them.
+dialects spells the flags and server_help reads a binary's `--help` (which flags it
+accepts, which spec types `--spec-type` lists); this module turns that into the methods a
+build can run (`methods_for`, each a `Method`: a name and the server arguments that turn it
+on), the user's choice among them (`choose_methods`), and the determinism flags the build
+has (`determinism_args`). verify sweeps these methods and smoke picks from them.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
+from llamaspec.models.server_help import accepted_flags, help_flags, spec_type_choices
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ NGRAM_MOD_KNOBS = {"ngram_mod_n_min": 4, "ngram_mod_n_max": 16, "ngram_mod_n_mat
 
 def determinism_args(help_text: str) -> list[str]:
     """FACTS: separate KV caches per slot, and flash attention off on CPU."""
-    out = ["--no-kv-unified"] if "--no-kv-unified" in dialects.help_flags(help_text) else []
+    out = ["--no-kv-unified"] if "--no-kv-unified" in help_flags(help_text) else []
     if takes_fa_value(help_text):
         out += ["-fa", "off"]
     return out
@@ -50,7 +51,7 @@ def takes_fa_value(help_text: str) -> bool:
 
 def offers(help_text: str, spec_type: str) -> bool:
     """Whether the binary's --help lists `spec_type` under --spec-type (either engine's way)."""
-    listed = dialects.spec_type_choices(help_text)
+    listed = spec_type_choices(help_text)
     return spec_type in listed if listed is not None else spec_type in help_text
 
 
@@ -92,7 +93,7 @@ def render_method(
     if "ngram-mod" in types:
         tuned = spec.model_copy(update=NGRAM_MOD_KNOBS)
         argv = list(dialects.render(dialect, tuned, draft=draft).argv)
-        if {a for a in argv if a.startswith("-")} <= dialects.accepted_flags(help_text):
+        if {a for a in argv if a.startswith("-")} <= accepted_flags(help_text):
             return argv
     return list(dialects.render(dialect, spec, draft=draft).argv)
 

@@ -20,10 +20,10 @@ from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import dialects
 from llamaspec.paths import project_root
 
-# The spellings, the --help checks and the command type live in the dialect module.
+# The spellings, the check against a binary's --help and the command type live in the
+# dialect module.
 ServerCommand = dialects.ServerCommand
 check_against_help = dialects.check_against_help
-spec_type_choices = dialects.spec_type_choices
 CAPABILITIES = {name: d.types for name, d in dialects.DIALECTS.items()}
 
 

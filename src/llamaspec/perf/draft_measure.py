@@ -7,26 +7,31 @@ are loaded as stored) plus an F16 KV cache for both at the chosen context (2 byt
 × KV heads × (K + V head length) × context, from each header), plus a fixed
 allowance for compute buffers. Each candidate must pass verify's fast equivalence check
 (the same one tune uses) before it is timed; the timing is one run of the `copy` workload
-on a plain server and on the speculative one, on this build.
+on a plain server and on the speculative one, on this build. `draft_find` is the whole
+`draft find [--measure]`: the search (models.drafts), then, when asked, the measurement.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from llamaspec import config
 from llamaspec.engine import toolchain
-from llamaspec.engine.artifact import Artifact
+from llamaspec.engine.artifact import Artifact, load_artifact, newest_artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import compat, dialects, drafts, hub
-from llamaspec.paths import user_config
-from llamaspec.perf import bench, tune, workloads
+from llamaspec.models.server_help import server_help
+from llamaspec.paths import default_out, user_config
+from llamaspec.perf import bench, bench_plans, tune, workloads
 from llamaspec.proof import verify
 from llamaspec.runtime.client import running
 
@@ -170,6 +175,37 @@ def measure(
     return write(found, artifact, best, target_dl, ctx, checked_what, out_dir, md)
 
 
+def draft_find(
+    target: str,
+    console: Console,
+    *,
+    limit: int = 20,
+    extra_terms: Sequence[str] = (),
+    measuring: bool = False,
+    memory_gb: float | None = None,
+    ctx: int = 4096,
+    top: int = 2,
+    reports: Path | None = None,
+    dist: Path | None = None,
+    artifact_id: str | None = None,
+) -> Path | None:
+    """`draft find`: search and judge drafts for `target` (printed); with `measuring`, time
+    the best that fit `memory_gb` (default: this machine's RAM) on the build `artifact_id`
+    in `dist` (default: the newest) and return the recipe written. None: nothing written
+    (with no compatible draft, draft-free ngram-mod is measured and said instead)."""
+    found = drafts.find_and_show(target, console, limit=limit, extra_terms=extra_terms)
+    if not measuring:
+        return None
+    dist = dist or default_out("dist")
+    artifact = load_artifact(dist, artifact_id or newest_artifact(dist))
+    memory = memory_gb or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    reports = reports or default_out("reports")
+    if not any(c.ok for c in found.candidates):
+        console.print(escape(ngram(found, artifact, console, reports)))
+        return None
+    return measure(found, artifact, console, memory_gb=memory, ctx=ctx, top=top, reports=reports)
+
+
 @dataclass(frozen=True)
 class Timing:
     check: verify.FastCheck
@@ -203,9 +239,9 @@ def _time(
     """Verify's fast equivalence check, then (if it passed) one `copy` run on a plain
     server and one on the speculative server, on this build."""
     dialect = dialects.dialect_for(artifact, lambda _m: None)
-    help_text = dialects.server_help(artifact.server)
-    recipe = tune.adhoc_recipe(target, draft, types, DRAFT_N_MAX if draft else None)
-    p = tune.recipe_plan(
+    help_text = server_help(artifact.server)
+    recipe = bench_plans.adhoc_recipe(target, draft, types, DRAFT_N_MAX if draft else None)
+    p = bench_plans.recipe_plan(
         artifact, recipe, target, draft, console, dialect=dialect, help_text=help_text
     )
     check = verify.fast_check(

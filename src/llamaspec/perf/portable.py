@@ -26,6 +26,7 @@ from rich.console import Console
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
+from llamaspec.models.embedded import embedded_model
 from llamaspec.perf.bench import request
 from llamaspec.runtime.client import Server, base_args, running, tail
 
@@ -154,7 +155,7 @@ def _median(runs: list[dict], key: str) -> float:
 def bench_portable(
     portable: Artifact,
     native: Artifact,
-    model: Path,
+    model: Path | None,
     reports: Path,
     console: Console,
     *,
@@ -162,7 +163,9 @@ def bench_portable(
     rounds: int = 3,
     n_predict: int = 128,
 ) -> dict:
-    """The whole comparison (see the module docstring); writes the report, returns it."""
+    """The whole comparison (see the module docstring) on `model` (None: the embedded
+    Gemma 3 270M); writes the report, returns it."""
+    model = model or embedded_model(console.print)
     for role, art, want in (("--artifact", portable, False), ("--native", native, True)):
         if art.manifest.get("backend") != "cpu":
             raise LlamaspecError(f"{role} {art.id} is a {art.manifest.get('backend')} build; "

@@ -12,8 +12,8 @@ timing of the best of many would favour luck (the winner's curse), so the best
 winner is chosen on both passes (the geometric mean of its two scores). A state file beside
 the report keeps finished work, so an interrupted run resumes where it stopped. The winner
 is written as a recipe whose `measured:` says where, on what and when it was measured.
-Each candidate's result is a frozen `CandidateResult`, the run's a frozen `TuneReport`; their
-`to_json()` is what the state file and tune-<recipe>-<artifact>.json hold.
+The results, the state file and the report are perf.tune_report's; the recipe plans that
+bench, tune and draft measure share are perf.bench_plans'.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +32,25 @@ import yaml
 from rich.console import Console
 
 from llamaspec import config
-from llamaspec import lock as lockfile
 from llamaspec.engine import toolchain
 from llamaspec.engine.artifact import Artifact
-from llamaspec.errors import LlamaspecError, did_you_mean
-from llamaspec.models import catalog, dialects, recipes
+from llamaspec.errors import LlamaspecError
+from llamaspec.models import dialects
+from llamaspec.models.server_help import help_flags, server_help
 from llamaspec.paths import project_root, writable_root
-from llamaspec.perf import bench, workloads
+from llamaspec.perf import bench, bench_plans, workloads
+from llamaspec.perf.tune_report import (
+    SECOND_PASS,
+    CandidateResult,
+    PassTiming,
+    State,
+    TuneReport,
+    best,
+    both_passes,
+    leaders,
+    score,
+    write_report,
+)
 from llamaspec.proof import verify
 from llamaspec.runtime.client import Server, running
 
@@ -52,134 +63,9 @@ NGRAM_MAP = ((12, 48), (6, 16), (4, 24), (8, 32), (3, 8))  # size-n, size-m
 AS_WRITTEN = "the recipe as written"
 # Seconds a candidate costs beyond its workload run: a server start and the fast check.
 CANDIDATE_OVERHEAD_S = 20.0
-# How many of the fastest candidates the second pass times again, and what a second-pass
-# timing costs beyond the mix itself (a fresh server per workload).
-SECOND_PASS = 3
+# What a second-pass timing costs beyond the mix itself (a fresh server per workload); how
+# many candidates it times again is tune_report.SECOND_PASS.
 SECOND_PASS_START_S = 5.0
-
-
-# ---------------------------------------------------------------- recipes and models
-
-
-def recipe_models(name: str, console: Console) -> tuple[config.Recipe, Path, Path | None]:
-    """A catalog recipe and its pair's files on disk (verified by `models pull`).
-
-    Only the embedded pair is fetched here; other pairs must be pulled first."""
-    root = project_root()
-    recipe, models = recipes.find(name, root)
-    pair = models.pairs[recipe.pair]
-    handles = [h for h in (pair.target, pair.draft) if h is not None]
-    locked = lockfile.load(root)["models"]
-    missing = [
-        h
-        for h in handles
-        if models.models[h].source != "embedded"
-        and catalog.local_path(models.models[h], locked.get(h)) is None
-    ]
-    if missing:
-        raise LlamaspecError(
-            f"Recipe {recipe.name!r} needs pair {recipe.pair!r}, whose model(s) "
-            f"{', '.join(missing)} are not downloaded. `llamaspec models pull {recipe.pair}` "
-            "fetches and verifies them; bench and tune download only the embedded pair "
-            "themselves."
-        )
-    files = catalog.pull(models, recipe.pair, root, console)
-    return recipe, files.target, files.draft
-
-
-def adhoc_recipe(
-    target: Path, draft: Path | None, types: Sequence[str], n_max: int | None
-) -> config.Recipe:
-    """A recipe for `--target FILE [--draft FILE] --spec TYPE…`."""
-    for path, what in ((target, "--target"), (draft, "--draft")):
-        if path is not None and not Path(path).is_file():
-            raise LlamaspecError(
-                f"{what} {path} is not a file. Give the path of a GGUF model on this machine "
-                "(`llamaspec models pull PAIR` prints where pulled models are)."
-            )
-    if not types:
-        raise LlamaspecError(
-            "An ad-hoc bench needs --spec TYPE (repeatable to stack), e.g. --spec ngram-mod, "
-            f"or --spec draft with --draft FILE. Spec types: {', '.join(config.SPEC_TYPES)}."
-        )
-    for t in types:
-        if t not in config.SPEC_TYPES:
-            raise LlamaspecError(
-                f"Unknown spec type {t!r}.{did_you_mean(t, config.SPEC_TYPES)} Spec types: "
-                f"{', '.join(config.SPEC_TYPES)}."
-            )
-    if draft is None and any(t in dialects.MODEL_TYPES for t in types):
-        raise LlamaspecError(
-            f"--spec {'/'.join(t for t in types if t in dialects.MODEL_TYPES)} drafts with a "
-            "draft model: add --draft FILE, or pick a draft-free type such as ngram-mod."
-        )
-    spec: dict[str, Any] = {"types": list(dict.fromkeys(types))}
-    if n_max:
-        spec["draft_n_max"] = n_max
-    stem = re.sub(r"[^a-z0-9._-]+", "-", Path(target).stem.lower()).strip("-.") or "model"
-    return config.parse(
-        config.Recipe,
-        {
-            "name": f"adhoc-{stem}"[:60],
-            "pair": "adhoc",
-            "description": f"ad-hoc: {Path(target).name}, {', '.join(types)}",
-            "spec": spec,
-            "server": {"ctx": 4096, "parallel": 1},
-        },
-        "the ad-hoc bench settings",
-    )
-
-
-def supported_types(dialect: str, help_text: str) -> set[str]:
-    """The spec types this binary offers: its dialect's, minus those its --help lacks."""
-    d = dialects.find_dialect(dialect)
-    choices = dialects.spec_type_choices(help_text)
-    out = set()
-    for t in d.types:
-        listed = choices is None or d.type_names.get(t) in choices
-        if t in d.by_model or t in d.switches or listed:
-            out.add(t)
-    return out
-
-
-def recipe_plan(
-    artifact: Artifact,
-    recipe: config.Recipe,
-    target: Path,
-    draft: Path | None,
-    console: Console,
-    *,
-    dialect: str | None = None,
-    help_text: str | None = None,
-) -> bench.BenchPlan:
-    """Render `recipe` for this artifact, check it against the binary's --help, and split
-    it into the plain and speculative server arguments."""
-    m = artifact.manifest
-    engine = m["engine"]
-    dialect = dialect or dialects.dialect_for(artifact, console.print)
-    help_text = help_text if help_text is not None else dialects.server_help(artifact.server)
-    offered = supported_types(dialect, help_text)
-    lacking = [t for t in recipe.for_engine(engine).spec.types if t not in offered]
-    if lacking:
-        raise LlamaspecError(
-            f"Recipe {recipe.name!r} uses spec type {', '.join(lacking)}, which this build "
-            f"({artifact.id}, {engine} {str(m.get('commit') or 'local')[:12]}) lacks; it has "
-            f"{', '.join(sorted(offered)) or 'none'}. Pick a recipe with one of those, or "
-            "build a pin that has it."
-        )
-    cmd = recipes.render_for(recipe, artifact, dialect, target, draft)
-    dialects.check_against_help(cmd, help_text, f"{artifact.id}/llama-server")
-    spec = recipe.for_engine(engine).spec
-    # n-gram drafts run to their engine's own defaults (upstream: ngram-mod 64, maps 48)
-    ngram_default = 64 if any(t.startswith("ngram") for t in spec.types) else 0
-    longest = max(spec.ngram_mod_n_max or ngram_default, _extra_size_m(cmd.argv))
-    k_max = max(spec.draft_n_max, longest, 16) + 1
-    return bench.plan(recipe.name, cmd.argv, spec.types, Path(target), draft, min(k_max, 65))
-
-
-def _extra_size_m(argv: Sequence[str]) -> int:
-    sizes = [int(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a.endswith("-size-m")]
-    return max(sizes, default=0)
 
 
 # ---------------------------------------------------------------- candidates
@@ -293,213 +179,6 @@ def strip_ngram_sizes(extra: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-# ---------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class PassTiming:
-    """A candidate's speedups over the plain server, workload by workload, and their score."""
-
-    speedups: Mapping[str, float]
-    score: float
-
-    def to_json(self) -> dict:
-        return {"speedups": dict(self.speedups), "score": self.score}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> PassTiming:
-        return cls(dict(raw["speedups"]), raw["score"])
-
-
-@dataclass(frozen=True)
-class CandidateResult:
-    """One candidate's result: not rendered (`detail`), refused by the fast check, or timed
-    (`speedups`), and for a leader its second timing too (`score_pass2`, `final_score`).
-
-    `to_json()` holds only the keys that apply, in a fixed order."""
-
-    label: str
-    spec: Mapping[str, Any]
-    extra: tuple[str, ...]
-    passed: bool
-    score: float
-    spec_args: tuple[str, ...] | None = None  # None: not rendered
-    check: str | None = None  # the fast check's detail (None: not rendered)
-    refused: bool = False  # the fast check failed: never timed
-    detail: str | None = None  # why it was not rendered
-    speedups: Mapping[str, float] | None = None
-    accepted_drafted: Mapping[str, tuple[int, int]] | None = None
-    speedups_pass2: Mapping[str, float] | None = None
-    score_pass2: float | None = None
-    spread: float | None = None  # |pass 1 − pass 2|
-    final_score: float | None = None  # geometric mean of both passes
-
-    def to_json(self) -> dict:
-        out: dict[str, Any] = {
-            "label": self.label,
-            "spec": dict(self.spec),
-            "extra": list(self.extra),
-        }
-        if self.spec_args is not None:
-            out["spec_args"] = list(self.spec_args)
-        if self.check is not None:
-            out["check"] = self.check
-        out["passed"] = self.passed
-        if self.refused:
-            out["refused"] = True
-        if self.speedups is not None:
-            out["speedups"] = dict(self.speedups)
-        if self.accepted_drafted is not None:
-            out["accepted_drafted"] = {k: list(v) for k, v in self.accepted_drafted.items()}
-        out["score"] = self.score
-        if self.detail is not None:
-            out["detail"] = self.detail
-        if self.speedups_pass2 is not None:
-            out["speedups_pass2"] = dict(self.speedups_pass2)
-        if self.score_pass2 is not None:
-            out["score_pass2"] = self.score_pass2
-        if self.spread is not None:
-            out["spread"] = self.spread
-        if self.final_score is not None:
-            out["final_score"] = self.final_score
-        return out
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> CandidateResult:
-        pairs = raw.get("accepted_drafted")
-        spec_args = raw.get("spec_args")
-        return cls(
-            label=raw["label"],
-            spec=dict(raw["spec"]),
-            extra=tuple(raw["extra"]),
-            passed=raw["passed"],
-            score=raw["score"],
-            spec_args=None if spec_args is None else tuple(spec_args),
-            check=raw.get("check"),
-            refused=bool(raw.get("refused", False)),
-            detail=raw.get("detail"),
-            speedups=raw.get("speedups"),
-            accepted_drafted=None if pairs is None else {k: tuple(v) for k, v in pairs.items()},
-            speedups_pass2=raw.get("speedups_pass2"),
-            score_pass2=raw.get("score_pass2"),
-            spread=raw.get("spread"),
-            final_score=raw.get("final_score"),
-        )
-
-
-@dataclass(frozen=True)
-class TuneReport:
-    """What `tune` measured and chose; `to_json()` is the report file's content (the fields
-    up to `checked_on`, in order), and the paths say where the report and recipe went."""
-
-    recipe: str
-    artifact_id: str
-    engine: str | None
-    commit: str | None
-    machine: Mapping[str, Any]
-    date: str
-    workloads: tuple[str, ...]
-    plain_tps: Mapping[str, float]
-    candidates_total: int
-    results: tuple[CandidateResult, ...]
-    winner: CandidateResult | None
-    checked_on: str
-    report_path: Path | None = None  # the Markdown report, once written
-    recipe_path: Path | None = None  # the tuned recipe, once written
-
-    def to_json(self) -> dict:
-        return {
-            "recipe": self.recipe,
-            "artifact_id": self.artifact_id,
-            "engine": self.engine,
-            "commit": self.commit,
-            "machine": dict(self.machine),
-            "date": self.date,
-            "workloads": list(self.workloads),
-            "plain_tps": dict(self.plain_tps),
-            "candidates_total": self.candidates_total,
-            "results": [r.to_json() for r in self.results],
-            "winner": self.winner.to_json() if self.winner else None,
-            "checked_on": self.checked_on,
-        }
-
-
-# ---------------------------------------------------------------- state (resume)
-
-
-@dataclass
-class State:
-    """Finished work of one tune run, kept as it grows: the plain baseline and each
-    candidate's result (the run's working store, saved after every step)."""
-
-    path: Path
-    key: str
-    baseline: dict[str, float] = field(default_factory=dict)  # workload → plain tok/s
-    done: dict[str, CandidateResult] = field(default_factory=dict)  # candidate key → result
-    second: dict[str, PassTiming] = field(default_factory=dict)  # candidate key → 2nd timing
-
-    @classmethod
-    def load(cls, path: Path, key: str, fresh: bool = False) -> State:
-        if fresh or not path.is_file():
-            return cls(path, key)
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return cls(path, key)
-        if raw.get("key") != key:
-            return cls(path, key)  # another recipe, build or workload mix: start over
-        try:
-            done = {k: CandidateResult.from_json(r) for k, r in raw.get("done", {}).items()}
-            second = {k: PassTiming.from_json(t) for k, t in raw.get("second", {}).items()}
-        except (KeyError, TypeError, AttributeError):
-            return cls(path, key)  # results this version cannot read: start over
-        return cls(path, key, dict(raw.get("baseline", {})), done, second)
-
-    def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        payload = {
-            "key": self.key,
-            "baseline": self.baseline,
-            "done": {k: r.to_json() for k, r in self.done.items()},
-            "second": {k: t.to_json() for k, t in self.second.items()},
-        }
-        tmp.write_text(json.dumps(payload, indent=2) + "\n")
-        os.replace(tmp, self.path)
-
-
-def score(speedups: Mapping[str, float]) -> float:
-    """Geometric mean of the speedups over the workload mix (0 when any is missing)."""
-    values = [v for v in speedups.values() if v > 0]
-    if not values or len(values) != len(speedups):
-        return 0.0
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def best(done: Mapping[str, CandidateResult]) -> CandidateResult | None:
-    """The winner: among candidates timed twice, the best over both passes."""
-    twice = [r for r in done.values() if r.passed and r.final_score]
-    return max(twice, key=lambda r: r.final_score or 0.0, default=None)
-
-
-def leaders(done: Mapping[str, CandidateResult], n: int = SECOND_PASS) -> list[str]:
-    """The keys of the `n` best first-pass scores: the second pass's candidates."""
-    passed = sorted(((k, r) for k, r in done.items() if r.passed), key=lambda kr: -kr[1].score)
-    return [k for k, _ in passed[:n]]
-
-
-def both_passes(first: CandidateResult, second: PassTiming) -> CandidateResult:
-    """A candidate's result with its second timing: both scores, their spread, the final."""
-    s1, s2 = float(first.score), float(second.score)
-    return replace(
-        first,
-        speedups_pass2=dict(second.speedups),
-        score_pass2=s2,
-        spread=round(abs(s1 - s2), 4),
-        final_score=round(math.sqrt(s1 * s2), 4) if s1 > 0 and s2 > 0 else 0.0,
-    )
-
-
 def second_pass_seconds(baseline_seconds: float, mix_size: int, n: int) -> float:
     """What timing `n` candidates again costs: plain and speculative mix, fresh servers."""
     return n * (baseline_seconds * 2.2 + mix_size * SECOND_PASS_START_S)
@@ -539,16 +218,6 @@ def too_small(
     )
 
 
-def _verdict(r: CandidateResult) -> str:
-    if r.passed:
-        return "ok"
-    if r.refused:
-        why = str(r.check or "").replace("|", "/").replace("\n", " ")
-        return f"refused, not timed: {why[:120]}"
-    why = str(r.check or r.detail or "").replace("|", "/").replace("\n", " ")
-    return f"FAILED: {why[:120]}"
-
-
 # ---------------------------------------------------------------- the run
 
 
@@ -586,11 +255,11 @@ def tune(
     mix = tuple(mix or workloads.select(workloads.TUNE_MIX))
     budget = budget_minutes * 60
     started = time.monotonic()
-    recipe, target, draft = recipe_models(recipe_name, console)
+    recipe, target, draft = bench_plans.recipe_models(recipe_name, console)
     engine = artifact.manifest["engine"]
     dialect = dialects.dialect_for(artifact, console.print)
-    help_text = dialects.server_help(artifact.server)
-    offered = supported_types(dialect, help_text)
+    help_text = server_help(artifact.server)
+    offered = bench_plans.supported_types(dialect, help_text)
     models = config.load_models()
     pair = models.pairs[recipe.pair]
     has_mtp = models.models[pair.target].mtp
@@ -602,7 +271,7 @@ def tune(
         has_draft=draft is not None,
         has_mtp=has_mtp,
         stacks=d.stacks,
-        help_flags=dialects.help_flags(help_text),
+        help_flags=help_flags(help_text),
     )
     cands = list({c.key: c for c in reversed(cands)}.values())[::-1]  # first of duplicates
     cands = [c for c in cands if set(c.spec.get("types", ())) <= offered]
@@ -624,7 +293,7 @@ def tune(
         console.print(
             f"tune: resuming {state.path}: {len(state.done)} candidate(s) already measured"
         )
-    base_plan = recipe_plan(
+    base_plan = bench_plans.recipe_plan(
         artifact, recipe, target, draft, console, dialect=dialect, help_text=help_text
     )
     logs = reports / f"{stem}-logs"
@@ -703,7 +372,7 @@ def tune(
     }
     winner = best(results)
     report = _report(artifact, recipe, mix, state.baseline, results, cands, winner, checked_what)
-    md = _write_report(report, reports, stem)
+    md = write_report(report, reports, stem)
     report = replace(report, report_path=md)
     if winner is None:
         raise LlamaspecError(
@@ -740,7 +409,9 @@ def _measure(
     spec, extra = dict(c.spec), tuple(c.extra)
     try:
         r = apply(recipe, engine, c)
-        p = recipe_plan(artifact, r, target, draft, console, dialect=dialect, help_text=help_text)
+        p = bench_plans.recipe_plan(
+            artifact, r, target, draft, console, dialect=dialect, help_text=help_text
+        )
     except LlamaspecError as exc:
         return CandidateResult(
             c.label, spec, extra, passed=False, score=0.0, detail=f"not rendered: {exc}"
@@ -798,7 +469,7 @@ def _second_pass(
     fresh server (its first exposure to that prompt) right after a plain run."""
     argv = {}
     for c in leading:
-        p = recipe_plan(
+        p = bench_plans.recipe_plan(
             artifact, apply(recipe, engine, c), target, draft, console,
             dialect=dialect, help_text=help_text,
         )  # fmt: skip
@@ -837,62 +508,6 @@ def _report(
         winner=winner,
         checked_on=checked_on,
     )
-
-
-def _write_report(report: TuneReport, reports: Path, stem: str) -> Path:
-    """The report as .json (`report.to_json()`) and .md; the .md's path."""
-    reports.mkdir(parents=True, exist_ok=True)
-    (reports / f"{stem}.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    names = report.workloads
-    md = [
-        f"# Tune: {report.recipe} on {report.artifact_id}",
-        "",
-        f"- machine: {report.machine['description']}",
-        f"- engine: {report.engine} {report.commit}, {report.date}",
-        f"- workload mix: {', '.join(names)}; plain tok/s: "
-        + ", ".join(f"{k} {v}" for k, v in report.plain_tps.items()),
-        f"- {len(report.results)} of {report.candidates_total} candidates measured; score "
-        "= geometric mean of the speedups; each candidate passed verify's fast equivalence "
-        f"check (on {report.checked_on}) before it was timed (one that "
-        "failed is refused and never timed), then ran each workload on a fresh server right "
-        "after the plain server did",
-        f"- second pass: the {SECOND_PASS} best were timed again, interleaved workload by "
-        "workload; the winner has the best final score (geometric mean of both passes); "
-        "spread = |pass 1 − pass 2|",
-        "",
-        "| candidate | speculative flags | check | "
-        + " | ".join(names)
-        + " | score | pass 2 | spread | final |",
-        "|---|---|---|" + "---|" * len(names) + "---|---|---|---|",
-    ]
-    order = sorted(report.results, key=lambda r: (-(r.final_score or 0.0), -r.score))
-    for r in order:
-        sp, sp2 = r.speedups or {}, r.speedups_pass2 or {}
-        cells = [
-            f"{sp[n]:.2f}×" + (f" / {sp2[n]:.2f}×" if n in sp2 else "") if n in sp else "—"
-            for n in names
-        ]
-        md.append(
-            f"| {r.label} | `{' '.join(r.spec_args or ())}` | {_verdict(r)} | "
-            + " | ".join(cells)
-            + f" | {r.score:.2f}× | "
-            + (
-                f"{r.score_pass2:.2f}× | {r.spread:.2f} | **{r.final_score:.2f}×** |"
-                if r.score_pass2 is not None
-                else "— | — | — |"
-            )
-        )
-    if report.winner:
-        w = report.winner
-        md += [
-            "",
-            f"Fastest over both passes: **{w.label}** (pass 1 {w.score:.2f}×, pass 2 "
-            f"{w.score_pass2:.2f}×, final {w.final_score:.2f}×). Where two cells show "
-            "two figures, they are pass 1 / pass 2.",
-        ]
-    path = reports / f"{stem}.md"
-    path.write_text("\n".join(md) + "\n")
-    return path
 
 
 def relative(path: Path) -> str:

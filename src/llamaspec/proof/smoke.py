@@ -26,8 +26,12 @@ from llamaspec import procs
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
+from llamaspec.models.methods import determinism_args, offers, render_method
+from llamaspec.models.server_help import check_help
 from llamaspec.proof import verify
 from llamaspec.proof.defects import defects_for, known_defect
+from llamaspec.proof.prompts import CODE, PROSE
+from llamaspec.proof.verify_report import Case
 from llamaspec.runtime.client import (
     TOP_K,
     Completion,
@@ -65,7 +69,7 @@ NEAR_TIE_MARGIN_NATS = 0.5
 
 Kind = Literal["identical", "near-tie", "short", "hard"]
 
-SMOKE_PROMPTS: tuple[Prompt, ...] = (verify.CODE, verify.PROSE)
+SMOKE_PROMPTS: tuple[Prompt, ...] = (CODE, PROSE)
 CHAT_TOKENS = 32  # the OpenAI chat check
 REWRITE = Prompt(
     "rewrite/ngram-mod",
@@ -115,7 +119,7 @@ class StrictResult:
 
     prompt: str
     method: str
-    case: verify.Case
+    case: Case
     drafted: int
     accepted: int
 
@@ -287,7 +291,7 @@ def smoke(
     settings = dialects.SpecSettings(method="draft", draft_model=model, n_max=n_max, p_min=0.0)
     spec = dialects.spec_args(dialect, settings)
     help_text = server_help(artifact.server)
-    dialects.check_help(spec, help_text, str(artifact.server))
+    check_help(spec, help_text, str(artifact.server))
     strict_gates = artifact.manifest.get("backend", "cpu") == "cpu"
     logs = out_dir / "logs"
     with running(artifact.server, base_args(model), logs / "reference.log") as ref_srv:
@@ -364,22 +368,22 @@ def _strict(
     runs = [
         (
             "draft",
-            verify.CODE,
+            CODE,
             dialects.spec_args(
                 dialect, dialects.SpecSettings("draft", reference, n_max=n_max, p_min=0.0)
             ),
         )
     ]
-    if verify.offers(help_text, "ngram-mod"):
-        argv = verify.render_method(dialect, help_text, ("ngram-mod",), {}, reference)
+    if offers(help_text, "ngram-mod"):
+        argv = render_method(dialect, help_text, ("ngram-mod",), {}, reference)
         runs.append(("ngram-mod", REWRITE, argv))
     if n_predict is not None:
         runs = [(m, replace(p, n_predict=min(p.n_predict, n_predict)), a) for m, p, a in runs]
-    base = [*base_args(reference), *verify.determinism_args(help_text)]
+    base = [*base_args(reference), *determinism_args(help_text)]
     out = []
     with running(artifact.server, base, logs / "strict-reference.log") as ref:
         for method, prompt, argv in runs:
-            dialects.check_help(argv, help_text, str(artifact.server))
+            check_help(argv, help_text, str(artifact.server))
             r = complete(ref, prompt)
             log = logs / f"strict-{method}.log"
             with running(artifact.server, [*base, *argv], log) as srv:
@@ -464,7 +468,7 @@ VULKAN_N_PREDICT = 32
 # On a software device (lavapipe) the speculative server compiles pipelines for every new
 # verification batch shape (7 s a token at draft length 8 on a cold cache): one code prompt
 # (self-drafting accepts most there), 16 tokens, drafts of 2, an 8-token chat.
-SOFTWARE_PROMPTS: tuple[Prompt, ...] = (verify.CODE,)
+SOFTWARE_PROMPTS: tuple[Prompt, ...] = (CODE,)
 SOFTWARE_N_PREDICT = 16
 SOFTWARE_N_MAX = 2
 SOFTWARE_CHAT_TOKENS = 8

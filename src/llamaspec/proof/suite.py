@@ -27,6 +27,7 @@ from llamaspec.models import compat, dialects, recipes
 from llamaspec.models.methods import Method
 from llamaspec.paths import project_root
 from llamaspec.proof import verify
+from llamaspec.proof.defects import defects_for
 from llamaspec.proof.prompts import choose_prompts
 from llamaspec.proof.reference import Reference, reference_copy
 from llamaspec.proof.verify_report import VerifyReport
@@ -44,6 +45,30 @@ class Outcome:
     @property
     def failed(self) -> list[str]:
         return [f"{r.tag} ({r.tier})" for r in self.reports if not r.passed]
+
+    def raise_if_failed(self, artifact: Artifact, reports: Path) -> None:
+        """Refuse a failed run: what failed, where its reports are, and the build's
+        catalogued defects (which may explain it)."""
+        if not self.failed:
+            return
+        known = " ".join(
+            f"This build has a catalogued defect: {d.describe()}."
+            for d in defects_for(artifact.manifest)
+        )
+        raise LlamaspecError(
+            f"verify failed: {', '.join(self.failed)}. The reports in {reports}/ show "
+            "both continuations and the per-token gaps at each difference."
+            + (f" {known}" if known else "")
+        )
+
+
+def default_models(artifact: Artifact) -> list[str]:
+    """The embedded model, and the hybrid one unless the build is known to corrupt hybrid
+    speculation (ik_llama.cpp before its checkpoint series; `--model hybrid` still runs it)."""
+    if artifact.manifest.get("engine") == "llama.cpp":
+        return ["embedded", "hybrid"]
+    broken = [d for d in defects_for(artifact.manifest) if d.targets == "hybrid"]
+    return ["embedded"] if broken else ["embedded", "hybrid"]
 
 
 def load_prompts(path: Path) -> tuple[Prompt, ...]:

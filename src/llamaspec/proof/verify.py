@@ -31,24 +31,17 @@ from rich.console import Console
 
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import dialects
-from llamaspec.models.methods import (  # offers, render_method: proof.smoke takes them here
+from llamaspec.models.methods import (
     Method,
     choose_methods,
     determinism_args,
     methods_for,
-    offers,  # noqa: F401
-    render_method,  # noqa: F401
     takes_fa_value,
 )
+from llamaspec.models.server_help import check_help
 from llamaspec.proof import oracle as oracle_mod
 from llamaspec.proof.defects import Defect, known_defect
-from llamaspec.proof.prompts import (  # CODE, PROSE: proof.smoke takes them here
-    CODE,  # noqa: F401
-    FAST_PROMPTS,
-    PROSE,  # noqa: F401
-    VERIFY_PROMPTS,
-)
+from llamaspec.proof.prompts import FAST_PROMPTS, VERIFY_PROMPTS
 from llamaspec.proof.verify_report import (
     Case,
     Envelope,
@@ -459,7 +452,7 @@ def verify(artifact: Artifact, dialect: str, plan: VerifyPlan, console: Console)
     own = plan.own
     for m in [*chosen, *([own] if own and plan.tier == "oracle" else [])]:
         if isinstance(m, Method):
-            dialects.check_help(list(m.argv), help_text, str(artifact.server))
+            check_help(list(m.argv), help_text, str(artifact.server))
     env: Envelope | None = None
     requests = 0
     if plan.tier == "strict":
@@ -504,7 +497,7 @@ def fast_check(
     import tempfile
 
     help_text = server_help(artifact.server)
-    dialects.check_help(list(spec_argv), help_text, str(artifact.server))
+    check_help(list(spec_argv), help_text, str(artifact.server))
     base = [*base_args(model), *determinism_args(help_text)]
     with tempfile.TemporaryDirectory(prefix="llamaspec-check-") as tmp:
         where = logs or Path(tmp)

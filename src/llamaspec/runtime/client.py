@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 
 from llamaspec.errors import LlamaspecError, missing_extra
-from llamaspec.models.dialects import server_help
+from llamaspec.models.server_help import server_help
 from llamaspec.procs import kill_group
 
 __all__ = [

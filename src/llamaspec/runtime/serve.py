@@ -8,6 +8,7 @@ server (exec)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -44,6 +45,19 @@ class Rendered:
     cmd: ServerCommand
     artifact: Artifact | None
     missing: tuple[str, ...]  # model files not downloaded yet (hf://… in the command)
+
+    def llama_swap(self, ttl: int | None = None, aliases: Sequence[str] = ()) -> str:
+        """The command as a llama-swap `models:` entry; refused while a model file is not
+        downloaded (llama-swap would start a server that cannot open its model)."""
+        from llamaspec.models import recipes
+
+        if self.missing:
+            raise LlamaspecError(
+                f"A llama-swap entry must name model files llama-server can open, and "
+                f"{', '.join(self.missing)} not downloaded yet. Run `llamaspec models pull "
+                f"{self.recipe.pair}` first, then this again."
+            )
+        return recipes.llama_swap(self.recipe.name, self.cmd, ttl, aliases)
 
 
 def model_path(model: config.ModelFile, locked: dict | None) -> Path | str:
@@ -83,7 +97,8 @@ def render(
     from llamaspec import config
     from llamaspec.engine.artifact import load_artifact
     from llamaspec.models import recipes
-    from llamaspec.models.dialects import dialect_for, server_help
+    from llamaspec.models.dialects import dialect_for
+    from llamaspec.models.server_help import server_help
 
     engines = config.load_engines()
     artifact = load_artifact(opts.dist, opts.artifact) if opts.artifact else None

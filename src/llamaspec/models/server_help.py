@@ -1,0 +1,93 @@
+"""A built llama-server's own `--help`, read: the truth about what that binary accepts.
+
+`server_help` runs `--help`; the readers take its text: every flag it mentions
+(`help_flags`), the flags it accepts (`accepted_flags`: those it lists, minus those it
+marks removed), and the values `--spec-type` lists (`spec_type_choices`). `check_help`
+refuses argv with a flag the binary lacks. Engine flag spellings are not here: dialects
+(which spells them) checks rendered commands and tells a binary's dialect with these
+readers, and methods learns from them which methods a build offers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from llamaspec.errors import LlamaspecError
+
+_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
+
+
+def help_flags(help_text: str) -> set[str]:
+    """Every flag spelling mentioned in a binary's `--help` output."""
+    return set(_FLAG.findall(help_text))
+
+
+_REMOVED = re.compile(r"has been removed|is deprecated and has no effect", re.I)
+
+
+def accepted_flags(help_text: str) -> set[str]:
+    """Flags a binary accepts: those in its --help, minus those it says were removed."""
+    accepted: set[str] = set()
+    entry: list[str] = []
+
+    def flush() -> None:
+        if entry and not _REMOVED.search(" ".join(entry)):
+            for segment in re.split(r"\s{2,}", entry[0].strip()):
+                if not segment.startswith("-"):
+                    break  # the description starts here
+                accepted.update(help_flags(segment))
+        entry.clear()
+
+    for line in help_text.splitlines():
+        if line.lstrip().startswith("-") and not line.startswith(" " * 10):
+            flush()
+        entry.append(line)
+    flush()
+    return accepted
+
+
+def is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def check_help(argv: Sequence[str], help_text: str, binary: str) -> None:
+    """Refuse flags the binary's own `--help` does not list (values are not checked)."""
+    known = accepted_flags(help_text)
+    unknown = [a for a in argv if a.startswith("-") and not is_number(a) and a not in known]
+    if unknown:
+        raise LlamaspecError(
+            f"{binary} does not accept {', '.join(unknown)} (not in its --help). The recipe's "
+            "dialect does not match this build's pin; pick the dialect the binary speaks."
+        )
+
+
+_SPEC_LIST = re.compile(r"--spec-type\s+([a-z0-9-]+(?:,[a-z0-9-]+)+)")
+_SPEC_BRACKET = re.compile(r"--spec-type\s+\w+\s*\[([^\]]*)\]")
+
+
+def spec_type_choices(help_text: str) -> set[str] | None:
+    """The values `--spec-type` lists in a --help (None when not listed): upstream's comma
+    list, or ik_llama.cpp's `[none | ngram - cache | …]` (spaced around its hyphens)."""
+    m = _SPEC_LIST.search(help_text)
+    if m:
+        return set(m.group(1).split(","))
+    m = _SPEC_BRACKET.search(help_text)
+    if m:
+        return {re.sub(r"\s*-\s*", "-", v.strip()) for v in m.group(1).split("|") if v.strip()}
+    return None
+
+
+def server_help(server_bin: Path) -> str:
+    """The binary's own --help: the truth about which flags it accepts."""
+    from llamaspec import procs
+
+    proc = procs.run(
+        [str(server_bin), "--help"], timeout=60, check=False, what=f"{server_bin.name} --help"
+    )
+    return proc.stdout + proc.stderr
