@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llamaspec.cli import options
+from llamaspec.cli import options, shared
 from llamaspec.errors import LlamaspecError, choose
 
 if TYPE_CHECKING:
@@ -57,7 +57,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--dry-run", action="store_true", help="judge and write the report; change no other file"
     )
     p.add_argument(
-        "--reports", type=Path, metavar="DIR", help="where the report goes (default: reports/)"
+        "--reports",
+        type=shared.out_dir,
+        metavar="DIR",
+        help="where the report goes (default: reports/)",
     )
     options.add(p, "patch_source", "dist", "jobs")
 
@@ -78,6 +81,10 @@ def run(args: argparse.Namespace, console: Console) -> None:
     engines = config.load_engines(root)
     engine = engines[choose("engine", args.engine, engines)]
     bump.check_to(args.to)
+    if args.patch_source:
+        from llamaspec.engine.patch_sources import check_patch_source
+
+        check_patch_source(args.patch_source)
     if args.build:
         from llamaspec.engine.artifact import check_dist
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llamaspec.cli import options
+from llamaspec.cli import options, shared
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import default_out
 
@@ -17,15 +18,35 @@ if TYPE_CHECKING:
     from llamaspec.engine.artifact import Artifact
 
 
-def _spec(read: Any, label: str) -> dict[str, Any]:
-    """A default from llamaspec.images.specs, read when the command runs (fast --help)."""
+def _spec(read: Any, label: str, check: Any = None) -> dict[str, Any]:
+    """A default from llamaspec.images.specs, read when the command runs (fast --help); a
+    given value goes through `check`."""
 
     def load() -> Any:
         from llamaspec.images import specs
 
         return read(specs)
 
-    return options.deferred(load, label)
+    return options.deferred(load, label, check)
+
+
+# An image reference: [host[:port]/]path[:tag][@digest], path components in lower case.
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REF = re.compile(
+    rf"(?:(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::(?P<port>\d+))?)/)?"
+    rf"{_PATH}(?:/{_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@[a-z0-9]+:[0-9a-f]{{32,}})?"
+)
+
+
+def _image_ref(text: str) -> str:
+    """argparse type: an image reference such as localhost/llamaspec:llama.cpp-cpu."""
+    m = _IMAGE_REF.fullmatch(text)
+    if m is None or (m["port"] and not 0 < int(m["port"]) < 65536):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an image reference; write [HOST[:PORT]/]NAME[:TAG] in lower "
+            "case, e.g. localhost/llamaspec:llama.cpp-cpu"
+        )
+    return text
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -40,12 +61,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument(
         "--registry", **_spec(lambda s: s.LOCAL_REGISTRY, "registry"), help="registry for the tags"
     )
-    b.add_argument("--base-image", help="runtime base image (default per backend)")
-    b.add_argument("--build-image", help="build-stage base image (default per backend)")
+    b.add_argument("--base-image", type=_image_ref, help="runtime base image (default per backend)")
+    b.add_argument(
+        "--build-image", type=_image_ref, help="build-stage base image (default per backend)"
+    )
     b.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     b.add_argument("--push", action="store_true", help="push the tags (docker buildx)")
-    b.add_argument("--ccache-dir", type=Path, help="host ccache dir to mount (buildah)")
-    b.add_argument("--out", type=Path, help="write the build record (tags, labels) as JSON")
+    b.add_argument("--ccache-dir", type=shared.out_dir, help="host ccache dir to mount (buildah)")
+    b.add_argument(
+        "--out", type=shared.out_file, help="write the build record (tags, labels) as JSON"
+    )
     b.add_argument(
         "--from-artifact",
         metavar="ID",
@@ -72,33 +97,50 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     s = dsub.add_parser("smoke", help="smoke-test an image: speculation on, outputs identical")
-    s.add_argument("image", help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu")
+    s.add_argument(
+        "image", type=_image_ref, help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu"
+    )
     s.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
-    s.add_argument("--reports", type=Path, default=default_out("reports"))
+    s.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     s.add_argument(
         "--compare-dist",
-        type=Path,
+        type=shared.existing_dir,
         help="a dist/ with the host build of the same artifact id: its files must be identical",
     )
     pu = dsub.add_parser("push", help="push a built image's tags; print the digest to sign")
     pu.add_argument("--record", type=Path, required=True, help="JSON from `docker build --out`")
     pu.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     bs = dsub.add_parser("build-stage", help="(inside the image) build and stage the runtime tree")
-    for name in ("engine", "pin", "backend", "patches", "variants", "defines", "jobs"):
+    for name in ("engine", "pin", "backend", "patches", "variants", "defines"):
         bs.add_argument(f"--{name}", default="")
-    bs.add_argument("--out", type=Path, required=True)
+    bs.add_argument("--jobs", default="", type=_jobs)
+    bs.add_argument("--out", type=shared.out_dir, required=True)
     m = dsub.add_parser("matrix", help="engine × backend matrix as JSON (for the workflow)")
-    m.add_argument("--backend", action="append", default=[])
+    m.add_argument("--backend", action="append", default=[], type=options.backend_name)
     bk = dsub.add_parser("bake", help="write docker/docker-bake.hcl for the matrix")
     bk.add_argument("--check", action="store_true", help="fail when the file is not current")
     base = dsub.add_parser("base", help="make a Debian base image with debootstrap (no registry)")
-    base.add_argument("--suite", default="bookworm")
-    base.add_argument("--tag", **_spec(lambda s: s.BASES["cpu"][0], "image"))
+    base.add_argument("--suite", default="bookworm", type=_suite)
+    base.add_argument("--tag", **_spec(lambda s: s.BASES["cpu"][0], "image", _image_ref))
     sz = dsub.add_parser("size", help="size report: layers an image adds over its base")
-    sz.add_argument("image")
-    sz.add_argument("--base", **_spec(lambda s: s.BASES["cpu"][0], "image"))
-    sz.add_argument("--reports", type=Path, default=default_out("reports"))
+    sz.add_argument("image", type=_image_ref)
+    sz.add_argument("--base", **_spec(lambda s: s.BASES["cpu"][0], "image", _image_ref))
+    sz.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     sz.add_argument("--record", type=Path, help="JSON from `docker build --out` (build times)")
+
+
+def _jobs(text: str) -> str:
+    """build-stage --jobs: empty (the default) or a whole number of 1 or more."""
+    return str(options.positive_int(text)) if text else text
+
+
+def _suite(text: str) -> str:
+    """docker base --suite: a Debian suite or codename, e.g. bookworm or stable."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Debian suite; give a codename or suite such as bookworm or stable"
+        )
+    return text
 
 
 def _record(path: Path) -> dict:
@@ -111,9 +153,9 @@ def _record(path: Path) -> dict:
             "`llamaspec docker build --out FILE` wrote."
         ) from None
     tags = record.get("tags") if isinstance(record, dict) else None
-    if not tags or not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+    if not tags or not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
         raise LlamaspecError(
-            f"{path} is not a build record (no tags); give the file that "
+            f"{path} is not a build record (no tags, or an empty one); give the file that "
             "`llamaspec docker build --out FILE` wrote."
         )
     return record
@@ -150,6 +192,21 @@ def _artifact(args: argparse.Namespace, engines: dict) -> Artifact:
         )
     check_fits(artifact, args.backend, args.allow_native)
     return artifact
+
+
+def _check_build_inputs(spec: Any, patches: str) -> None:
+    """What the build in the image would refuse, refused here before any container tool
+    runs: unknown patch ids and variants, malformed defines."""
+    from llamaspec import config
+    from llamaspec.engine import patch_queue, profiles
+    from llamaspec.images import specs as images
+
+    include, exclude, no_defaults = images.parse_patches(patches)
+    patch_queue.select(config.load_series(), spec.engine, include, exclude, no_defaults)
+    for variant in spec.variants:
+        profiles.variant_flags(spec.engine, variant, spec.backend)
+    for define in spec.defines:
+        profiles.parse_define(define, "--define")
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
@@ -200,6 +257,8 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
                 args.build_image,
             )
         images.validate(spec, engines)
+        if artifact is None:
+            _check_build_inputs(spec, args.patches)
         tool = tools.detect(args.tool)
         built = build.build_image(
             tool, spec, console, ccache=args.ccache_dir, push=args.push, artifact=artifact

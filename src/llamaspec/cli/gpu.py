@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llamaspec.cli import options
+from llamaspec.cli import options, shared
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import default_out
 
@@ -32,18 +32,22 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     options.add(c, "engine", "pin", "source", "source_dir", "cuda_arch", "cuda_toolkit")
     options.add(c, "patch", "no_patch", "variants", "defines", "jobs")
-    c.add_argument("--out", type=Path, help="write the record (per-object seconds) as JSON")
+    c.add_argument(
+        "--out", type=shared.out_file, help="write the record (per-object seconds) as JSON"
+    )
     g = sub.add_parser(
         "gpu-acceptance",
         help="on an NVIDIA GPU: build CUDA for both engines, smoke, verify, bench, tune",
     )
     options.add(g, "cuda_arch", "cuda_toolkit", "source", "variants", "jobs")
     g.add_argument("--dist", type=Path, default=default_out("dist"))
-    g.add_argument("--reports", type=Path, default=default_out("reports"))
+    g.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     g.add_argument(
         "--engine", action="append", default=[], help="only these engines (default: both)"
     )
-    g.add_argument("--tune-budget", type=float, default=5.0, help="minutes for tune (default 5)")
+    g.add_argument(
+        "--tune-budget", type=shared.minutes, default=5.0, help="minutes for tune (default 5)"
+    )
 
 
 def steps(args: argparse.Namespace, engine: str, aid: str) -> list[tuple[str, list[str]]]:
@@ -80,10 +84,18 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     if args.command != "gpu-acceptance":
         return False
     from llamaspec.cli.main import main
+    from llamaspec.engine import backends, profiles
     from llamaspec.engine.artifact import newest_artifact
     from llamaspec.engine.cuda import host as gpuhost
     from llamaspec.errors import choose
 
+    # what was asked for is checked before the GPU is looked for: a typo is named anywhere
+    engines = [choose("engine", e, ENGINES) for e in args.engine] or list(ENGINES)
+    if args.cuda_arch:
+        backends.parse_cuda_arch(args.cuda_arch)
+    for engine in engines:
+        for variant in args.variant:
+            profiles.variant_flags(engine, variant, "cuda")
     gpus = gpuhost.gpu_names()
     driver = gpuhost.driver_version()
     if not gpus:
@@ -93,7 +105,6 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
             "on a machine with a GPU and its driver (docs/guides/cuda.md, 'CUDA: the GPU "
             "acceptance run', says what to carry to one without a network)."
         )
-    engines = [choose("engine", e, ENGINES) for e in args.engine] or list(ENGINES)
     args.reports.mkdir(parents=True, exist_ok=True)
 
     gpu_text = "; ".join(gpus)

@@ -14,7 +14,7 @@ from llamaspec.cli import bump as cli_bump
 from llamaspec.cli import docker as cli_docker
 from llamaspec.cli import doctor as cli_doctor
 from llamaspec.cli import draft as cli_draft
-from llamaspec.cli import examples, options
+from llamaspec.cli import examples, options, shared
 from llamaspec.cli import gpu as cli_gpu
 from llamaspec.cli import models as cli_models
 from llamaspec.cli import patches as cli_patches
@@ -60,7 +60,11 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _build_parser(sub)
     s = sub.add_parser("smoke", help="smoke-test an existing artifact")
-    s.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest")
+    s.add_argument(
+        "--artifact",
+        type=shared.artifact_id,
+        help="artifact id (or prefix) in dist/; default: newest",
+    )
     s.add_argument("--dist", type=Path, default=default_out("dist"))
     sub.add_parser("engines", help="list engines and their default pins")
     cli_verify.add_parsers(sub)
@@ -86,8 +90,17 @@ def _maint(argv: Sequence[str] | None) -> list[str] | None:
         return argv
     if len(argv) > 1 and argv[1] in MAINTAINER:
         return argv[1:]
-    print(f"usage: llamaspec maint COMMAND [...]\n\n{MAINT_HELP}", file=sys.stderr)
-    raise SystemExit(0 if argv[1:] in (["-h"], ["--help"]) else 2)
+    if argv[1:] in (["-h"], ["--help"]):
+        print(f"usage: llamaspec maint COMMAND [...]\n\n{MAINT_HELP}", file=sys.stderr)
+        raise SystemExit(0)
+    given = f"{argv[1]!r} is not a maintainer command" if argv[1:] else "a command is required"
+    print(
+        "usage: llamaspec maint COMMAND [...]\nllamaspec maint: error: "
+        f"{given}; give one of {', '.join(MAINTAINER)} (users' commands, such as "
+        "`llamaspec serve`, run without `maint`; `llamaspec maint --help` lists them).",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

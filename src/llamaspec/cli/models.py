@@ -94,7 +94,11 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dialect", choices=DIALECTS, help="override the dialect (default: from engine and pin)"
     )
-    p.add_argument("--backend", help="cpu, cuda or vulkan (default: the artifact's, else cuda)")
+    p.add_argument(
+        "--backend",
+        type=options.backend_name,
+        help="cpu, cuda or vulkan (default: the artifact's, else cuda)",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
 
@@ -346,6 +350,10 @@ def _serve(args: argparse.Namespace, console: Console) -> None:
 
     root = project_root()
     recipe, catalog = recipes.find(args.recipe, root)
+    if args.engine:  # a typo is named as one, not as "no such artifact"
+        from llamaspec import config
+
+        args.engine = choose("engine", args.engine, config.load_engines())
     if not args.artifact:
         args.artifact = newest_artifact(args.dist, args.engine)
     files = models.pull(catalog, recipe.pair, root, console)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llamaspec.cli import options
+from llamaspec.cli import options, shared
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.paths import project_root
 
@@ -20,11 +20,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     st = psub.add_parser("status", help="status of every catalog patch on an engine tree")
     options.add(st, *options.SOURCE)
     ex = psub.add_parser("export", help="copy cached patch diffs to DIR (for air-gapped machines)")
-    ex.add_argument("dir", type=Path)
+    ex.add_argument("dir", type=shared.out_dir)
     im = psub.add_parser("import", help="add diffs from a DIR written by `patches export`")
-    im.add_argument("dir", type=Path)
+    im.add_argument("dir", type=_import_dir)
     lk = sub.add_parser("lock", help="resolve short SHAs and PR heads into llamaspec.lock")
     options.add_mirrors(lk)
+
+
+def _import_dir(text: str) -> Path:
+    """patches import DIR: not empty (which would import from the working directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "must not be empty; give the folder `llamaspec patches export DIR` wrote"
+        )
+    return Path(text)
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> bool:
@@ -54,9 +63,12 @@ def status(args: argparse.Namespace, engines: dict, console: Console) -> None:
     from llamaspec import config
     from llamaspec import lock as lockfile
     from llamaspec.engine import patch_queue as patches
+    from llamaspec.engine import patch_sources as patchsrc
     from llamaspec.engine import sources
 
     engine = engines[choose("engine", args.engine, engines)]
+    if args.patch_source:
+        patchsrc.check_patch_source(args.patch_source)
     root = project_root()
     lock = lockfile.load(root)
     tree = sources.fetch(engine, args.pin, args.source, args.source_dir, console.print)
@@ -100,7 +112,8 @@ def run_lock(args: argparse.Namespace, console: Console) -> None:
         name, _, where = item.partition("=")
         if not where:
             raise LlamaspecError(f"--patch-source {item!r}: write it as ENGINE=DIR|URL.")
-        mirrors[choose("engine", name, engines)] = where
+        named = choose("engine", name, engines)
+        mirrors[named] = patchsrc.check_patch_source(where)
     lock = lockfile.load(root)
     lock["engines"] = {name: e.pin for name, e in engines.items()}
     failed: list[str] = []

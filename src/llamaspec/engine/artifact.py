@@ -64,7 +64,25 @@ def load_artifact(dist: Path, artifact_id: str) -> Artifact:
             "build one with `nox -s build-cpu`."
         )
     path = matches[0]
-    return Artifact(path.name, path, json.loads((path / "manifest.json").read_text()), True)
+    return Artifact(path.name, path, read_manifest(path / "manifest.json"), True)
+
+
+def read_manifest(path: Path) -> dict:
+    """An artifact's manifest.json: a JSON object, or one paragraph saying it is not one."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "it is not JSON"
+        raise LlamaspecError(
+            f"{path} cannot be read ({why}): the artifact is damaged, perhaps by a copy cut "
+            f"short. Build it again, or remove {path.parent} and name another artifact."
+        ) from None
+    if not isinstance(manifest, dict):
+        raise LlamaspecError(
+            f"{path} is not an artifact manifest (a JSON object): the artifact is damaged. "
+            f"Build it again, or remove {path.parent} and name another artifact."
+        )
+    return manifest
 
 
 def newest_artifact(dist: Path, engine: str | None = None) -> str:
@@ -73,7 +91,7 @@ def newest_artifact(dist: Path, engine: str | None = None) -> str:
         (
             p
             for p in dist.glob("*/manifest.json")
-            if engine is None or json.loads(p.read_text()).get("engine") == engine
+            if engine is None or read_manifest(p).get("engine") == engine
         ),
         key=lambda p: p.stat().st_mtime,
     )
