@@ -18,16 +18,15 @@ if TYPE_CHECKING:
     from llamaspec.engine.artifact import Artifact
 
 
-def _spec(read: Any, label: str, check: Any = None) -> dict[str, Any]:
-    """A default from llamaspec.images.specs, read when the command runs (fast --help); a
-    given value goes through `check`."""
+def _spec(read: Any, label: str) -> dict[str, Any]:
+    """A default from llamaspec.images.specs, read when the command runs (fast --help)."""
 
     def load() -> Any:
         from llamaspec.images import specs
 
         return read(specs)
 
-    return options.deferred(load, label, check)
+    return options.deferred(load, label)
 
 
 # An image reference: [host[:port]/]path[:tag][@digest], path components in lower case.
@@ -38,15 +37,18 @@ _IMAGE_REF = re.compile(
 )
 
 
-def _image_ref(text: str) -> str:
-    """argparse type: an image reference such as localhost/llamaspec:llama.cpp-cpu."""
-    m = _IMAGE_REF.fullmatch(text)
-    if m is None or (m["port"] and not 0 < int(m["port"]) < 65536):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an image reference; write [HOST[:PORT]/]NAME[:TAG] in lower "
-            "case, e.g. localhost/llamaspec:llama.cpp-cpu"
-        )
-    return text
+def _check_refs(*refs: tuple[str, str | None]) -> None:
+    """Image references, (what, ref) with None for one not given, checked before any
+    container tool runs (not when parsed: scripts write placeholders such as IMAGE there)."""
+    for what, ref in refs:
+        if ref is None:
+            continue
+        m = _IMAGE_REF.fullmatch(ref)
+        if m is None or (m["port"] and not 0 < int(m["port"]) < 65536):
+            raise LlamaspecError(
+                f"{what} {ref!r} is not an image reference; write [HOST[:PORT]/]NAME[:TAG] with "
+                "the name in lower case, e.g. localhost/llamaspec:llama.cpp-cpu."
+            )
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -61,10 +63,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument(
         "--registry", **_spec(lambda s: s.LOCAL_REGISTRY, "registry"), help="registry for the tags"
     )
-    b.add_argument("--base-image", type=_image_ref, help="runtime base image (default per backend)")
-    b.add_argument(
-        "--build-image", type=_image_ref, help="build-stage base image (default per backend)"
-    )
+    b.add_argument("--base-image", help="runtime base image (default per backend)")
+    b.add_argument("--build-image", help="build-stage base image (default per backend)")
     b.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     b.add_argument("--push", action="store_true", help="push the tags (docker buildx)")
     b.add_argument("--ccache-dir", type=shared.out_dir, help="host ccache dir to mount (buildah)")
@@ -97,9 +97,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     s = dsub.add_parser("smoke", help="smoke-test an image: speculation on, outputs identical")
-    s.add_argument(
-        "image", type=_image_ref, help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu"
-    )
+    s.add_argument("image", help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu")
     s.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     s.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     s.add_argument(
@@ -121,10 +119,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     bk.add_argument("--check", action="store_true", help="fail when the file is not current")
     base = dsub.add_parser("base", help="make a Debian base image with debootstrap (no registry)")
     base.add_argument("--suite", default="bookworm", type=_suite)
-    base.add_argument("--tag", **_spec(lambda s: s.BASES["cpu"][0], "image", _image_ref))
+    base.add_argument("--tag", **_spec(lambda s: s.BASES["cpu"][0], "image"))
     sz = dsub.add_parser("size", help="size report: layers an image adds over its base")
-    sz.add_argument("image", type=_image_ref)
-    sz.add_argument("--base", **_spec(lambda s: s.BASES["cpu"][0], "image", _image_ref))
+    sz.add_argument("image")
+    sz.add_argument("--base", **_spec(lambda s: s.BASES["cpu"][0], "image"))
     sz.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     sz.add_argument("--record", type=Path, help="JSON from `docker build --out` (build times)")
 
@@ -257,6 +255,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
                 args.build_image,
             )
         images.validate(spec, engines)
+        _check_refs(("--base-image", args.base_image), ("--build-image", args.build_image))
         if artifact is None:
             _check_build_inputs(spec, args.patches)
         tool = tools.detect(args.tool)
@@ -286,6 +285,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     elif cmd == "smoke":
         from llamaspec.images.smoke import smoke_image
 
+        _check_refs(("image", args.image))
         smoke_image(
             tools.detect(args.tool),
             args.image,
@@ -306,10 +306,12 @@ def dispatch(args: argparse.Namespace, console: Console) -> bool:
     elif cmd == "base":
         from llamaspec.images.base import make_base_image
 
+        _check_refs(("--tag", args.tag))
         make_base_image(args.suite, args.tag, console)
     elif cmd == "size":
         from llamaspec.images.size import size_report
 
+        _check_refs(("image", args.image), ("--base", args.base))
         record = _record(args.record) if args.record else None
         size_report(args.image, args.base, args.reports, console, record=record)
     return True

@@ -284,22 +284,17 @@ SOURCE = ("engine", "pin", "source", "source_dir", "patch_source")
 IMAGE = ("engine", "backend", "pin", "variants", "defines")
 
 
-def deferred(
-    read: Callable[[], Any], label: str, check: Callable[[str], Any] | None = None
-) -> dict[str, Any]:
+def deferred(read: Callable[[], Any], label: str) -> dict[str, Any]:
     """argparse `default`/`type` for a default that lives in a stage module.
 
     The default is read (and its module imported) when the command's arguments are parsed,
     not when the parser is made, so `llamaspec --help` imports no stage module. argparse
-    passes a string default through `type` only when the option was not given; a given
-    value goes through `check` (an argparse type) when there is one.
+    passes a string default through `type` only when the option was not given.
     """
     marker = f"<{label}>"
 
     def value(text: str) -> Any:
-        if text == marker:
-            return read()
-        return check(text) if check is not None else text
+        return read() if text == marker else text
 
     value.__name__ = label
     return {"default": marker, "type": value}
