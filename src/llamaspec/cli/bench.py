@@ -4,7 +4,6 @@ builds cost here, which speculative settings are fastest, and whether clean buil
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,16 +16,6 @@ if TYPE_CHECKING:
 DEFAULT_RECIPE = "gemma3-270m-ngram"
 
 
-def _minutes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not math.isfinite(value) or value <= 0:  # nan and inf are refused like 0
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of minutes above 0")
-    return value
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     shared.add_artifact_args(p)
     p.add_argument(
@@ -37,7 +26,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="only these workloads (repeatable): conversation, translation, summarization, "
         "qa, math, rag, copy, code-edit",
     )
-    p.add_argument("--reports", type=Path, default=default_out("reports"))
+    p.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -80,9 +69,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("tune", help="sweep spec types and knobs; write the fastest as a recipe")
     t.add_argument("recipe", nargs="?", default=DEFAULT_RECIPE, help="the recipe to start from")
     _common(t)
-    t.add_argument("--budget", type=_minutes, default=10.0, help="minutes to spend (default 10)")
     t.add_argument(
-        "--out", type=Path, help="where the tuned recipe goes (default: the project's recipes/)"
+        "--budget", type=shared.minutes, default=10.0, help="minutes to spend (default 10)"
+    )
+    t.add_argument(
+        "--out",
+        type=shared.out_dir,
+        help="where the tuned recipe goes (default: the project's recipes/)",
     )
     t.add_argument("--fresh", action="store_true", help="ignore the state of an earlier run")
     t.add_argument(
@@ -94,7 +87,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(handler=cmd_tune)
     bb = sub.add_parser("bench-build", help="cold build time: llamaspec vs plain cmake")
     shared.add_artifact_args(bb)
-    bb.add_argument("--reports", type=Path, default=default_out("reports"))
+    bb.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     bb.set_defaults(handler=cmd_bench_build)
     br = sub.add_parser(
         "bench-reproducible",
@@ -102,7 +95,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "reproducible-build flags, compared file by file",
     )
     shared.add_artifact_args(br)
-    br.add_argument("--reports", type=Path, default=default_out("reports"))
+    br.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     br.add_argument(
         "--no-baseline",
         action="store_true",
@@ -127,9 +120,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     bp.add_argument(
         "--cpu", default="Nehalem", help="qemu CPU model to emulate (default: Nehalem, no AVX)"
     )
-    bp.add_argument("--model", type=Path, help="a GGUF (default: the embedded Gemma 3 270M)")
+    bp.add_argument(
+        "--model", type=shared.existing_file, help="a GGUF (default: the embedded Gemma 3 270M)"
+    )
     bp.add_argument("--rounds", type=shared.positive, default=3, help="alternating rounds")
-    bp.add_argument("--reports", type=Path, default=default_out("reports"))
+    bp.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     bp.set_defaults(handler=cmd_bench_portable)
 
 

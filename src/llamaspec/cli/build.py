@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llamaspec.cli import options
+from llamaspec.cli import options, shared
 from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
@@ -18,7 +18,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     options.add(p)
     p.set_defaults(handler=cmd_build)
     s = sub.add_parser("smoke", help="smoke-test an existing artifact")
-    s.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest")
+    s.add_argument(
+        "--artifact",
+        type=shared.artifact_id,
+        help="artifact id (or prefix) in dist/; default: newest",
+    )
     s.add_argument("--dist", type=Path, default=default_out("dist"))
     s.set_defaults(handler=cmd_smoke)
     e = sub.add_parser("engines", help="list engines and their default pins")

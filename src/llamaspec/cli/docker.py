@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llamaspec.cli import options
+from llamaspec.cli import options, shared
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import default_out
 
@@ -42,8 +43,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--build-image", help="build-stage base image (default per backend)")
     b.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     b.add_argument("--push", action="store_true", help="push the tags (docker buildx)")
-    b.add_argument("--ccache-dir", type=Path, help="host ccache dir to mount (buildah)")
-    b.add_argument("--out", type=Path, help="write the build record (tags, labels) as JSON")
+    b.add_argument("--ccache-dir", type=shared.out_dir, help="host ccache dir to mount (buildah)")
+    b.add_argument(
+        "--out", type=shared.out_file, help="write the build record (tags, labels) as JSON"
+    )
     b.add_argument(
         "--from-artifact",
         metavar="ID",
@@ -78,10 +81,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s = dsub.add_parser("smoke", help="smoke-test an image: speculation on, outputs identical")
     s.add_argument("image", help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu")
     s.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
-    s.add_argument("--reports", type=Path, default=default_out("reports"))
+    s.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     s.add_argument(
         "--compare-dist",
-        type=Path,
+        type=shared.existing_dir,
         help="a dist/ with the host build of the same artifact id: its files must be identical",
     )
     s.set_defaults(handler=cmd_docker_smoke)
@@ -90,24 +93,25 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     pu.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     pu.set_defaults(handler=cmd_docker_push)
     bs = dsub.add_parser("build-stage", help="(inside the image) build and stage the runtime tree")
-    for name in ("engine", "pin", "backend", "patches", "variants", "defines", "jobs"):
+    for name in ("engine", "pin", "backend", "patches", "variants", "defines"):
         bs.add_argument(f"--{name}", default="")
-    bs.add_argument("--out", type=Path, required=True)
+    bs.add_argument("--jobs", default="", type=_jobs)
+    bs.add_argument("--out", type=shared.out_dir, required=True)
     bs.set_defaults(handler=cmd_docker_build_stage)
     m = dsub.add_parser("matrix", help="engine × backend matrix as JSON (for the workflow)")
-    m.add_argument("--backend", action="append", default=[])
+    m.add_argument("--backend", action="append", default=[], type=options.backend_name)
     m.set_defaults(handler=cmd_docker_matrix)
     bk = dsub.add_parser("bake", help="write docker/docker-bake.hcl for the matrix")
     bk.add_argument("--check", action="store_true", help="fail when the file is not current")
     bk.set_defaults(handler=cmd_docker_bake)
     base = dsub.add_parser("base", help="make a Debian base image with debootstrap (no registry)")
-    base.add_argument("--suite", default="bookworm")
+    base.add_argument("--suite", default="bookworm", type=_suite)
     base.add_argument("--tag", **_spec(lambda s: s.BASES["cpu"][0], "image"))
     base.set_defaults(handler=cmd_docker_base)
     sz = dsub.add_parser("size", help="size report: layers an image adds over its base")
     sz.add_argument("image")
     sz.add_argument("--base", **_spec(lambda s: s.BASES["cpu"][0], "image"))
-    sz.add_argument("--reports", type=Path, default=default_out("reports"))
+    sz.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     sz.add_argument("--record", type=Path, help="JSON from `docker build --out` (build times)")
     sz.set_defaults(handler=cmd_docker_size)
 
@@ -136,6 +140,20 @@ def _check_from_artifact(args: argparse.Namespace) -> None:
 
 
 # One handler per `docker` subcommand; the image modules load on use (fast --help).
+
+
+def _jobs(text: str) -> str:
+    """build-stage --jobs: empty (the default) or a whole number of 1 or more."""
+    return str(options.positive_int(text)) if text else text
+
+
+def _suite(text: str) -> str:
+    """docker base --suite: a Debian suite or codename, e.g. bookworm or stable."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Debian suite; give a codename or suite such as bookworm or stable"
+        )
+    return text
 
 
 def cmd_docker_build_stage(args: argparse.Namespace, console: Console) -> None:

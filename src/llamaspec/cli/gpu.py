@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llamaspec.cli import options
+from llamaspec.cli import options, shared
 from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
@@ -22,7 +22,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     options.add(c, "engine", "pin", "source", "source_dir", "cuda_arch", "cuda_toolkit")
     options.add(c, "patch", "no_patch", "variants", "defines", "jobs")
-    c.add_argument("--out", type=Path, help="write the record (per-object seconds) as JSON")
+    c.add_argument(
+        "--out", type=shared.out_file, help="write the record (per-object seconds) as JSON"
+    )
     c.set_defaults(handler=cmd_cuda_compile_check)
     g = sub.add_parser(
         "gpu-acceptance",
@@ -30,11 +32,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     options.add(g, "cuda_arch", "cuda_toolkit", "source", "variants", "jobs")
     g.add_argument("--dist", type=Path, default=default_out("dist"))
-    g.add_argument("--reports", type=Path, default=default_out("reports"))
+    g.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     g.add_argument(
         "--engine", action="append", default=[], help="only these engines (default: both)"
     )
-    g.add_argument("--tune-budget", type=float, default=5.0, help="minutes for tune (default 5)")
+    g.add_argument(
+        "--tune-budget", type=shared.minutes, default=5.0, help="minutes for tune (default 5)"
+    )
     g.set_defaults(handler=cmd_gpu_acceptance)
 
 

@@ -76,8 +76,17 @@ def _maint(argv: Sequence[str] | None) -> list[str] | None:
         return argv
     if len(argv) > 1 and argv[1] in MAINTAINER:
         return argv[1:]
-    print(f"usage: llamaspec maint COMMAND [...]\n\n{MAINT_HELP}", file=sys.stderr)
-    raise SystemExit(0 if argv[1:] in (["-h"], ["--help"]) else 2)
+    if argv[1:] in (["-h"], ["--help"]):
+        print(f"usage: llamaspec maint COMMAND [...]\n\n{MAINT_HELP}", file=sys.stderr)
+        raise SystemExit(0)
+    given = f"{argv[1]!r} is not a maintainer command" if argv[1:] else "a command is required"
+    print(
+        "usage: llamaspec maint COMMAND [...]\nllamaspec maint: error: "
+        f"{given}; give one of {', '.join(MAINTAINER)} (users' commands, such as "
+        "`llamaspec serve`, run without `maint`; `llamaspec maint --help` lists them).",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

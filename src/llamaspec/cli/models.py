@@ -102,7 +102,11 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dialect", choices=DIALECTS, help="override the dialect (default: from engine and pin)"
     )
-    p.add_argument("--backend", help="cpu, cuda or vulkan (default: the artifact's, else cuda)")
+    p.add_argument(
+        "--backend",
+        type=options.backend_name,
+        help="cpu, cuda or vulkan (default: the artifact's, else cuda)",
+    )
     p.add_argument("--host", type=shared.host, default="127.0.0.1")
     p.add_argument("--port", type=shared.port, default=8080)
 

@@ -20,9 +20,12 @@ from typing import Any, Literal
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import default_out
 
+MAX_JOBS = 4096  # more parallel compile jobs than any one machine runs
+
 
 def positive_int(text: str) -> int:
-    """argparse type: a whole number of 1 or more (`--jobs -4` and `--jobs 0` are refused)."""
+    """argparse type: a whole number of 1 or more (`--jobs -4` and `--jobs 0` are refused),
+    and at most MAX_JOBS (a typo such as 99999999999999999999 is not passed to ninja)."""
     try:
         value = int(text)
     except ValueError:
@@ -32,6 +35,11 @@ def positive_int(text: str) -> int:
             f"{text!r} is not a whole number of 1 or more; give how many compile jobs to run "
             "at once, e.g. --jobs 4, or leave it out for the default"
         )
+    if value > MAX_JOBS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is more compile jobs than any machine runs at once; give at most "
+            f"{MAX_JOBS}, e.g. the number of cores, or leave it out for the default"
+        )
     return value
 
 
@@ -40,6 +48,17 @@ def non_empty(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty; name one, or leave the option out")
     return text
+
+
+def backend_name(text: str) -> str:
+    """argparse type: cpu, cuda or vulkan (a typo gets a did-you-mean)."""
+    from llamaspec.engine.backends import BACKENDS
+    from llamaspec.errors import choose
+
+    try:
+        return choose("backend", non_empty(text), BACKENDS)
+    except LlamaspecError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def patch_source_form(text: str) -> str:
@@ -127,6 +146,7 @@ OPTIONS: tuple[Option, ...] = (
         "pin",
         "engine commit (full 40-character SHA); default: engines.yaml",
         "engine commit, a full 40-character SHA (default: `engines.yaml`)",
+        type=non_empty,
         value="SHA",
     ),
     Option(
@@ -342,7 +362,10 @@ class MirrorAction(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         items = list(getattr(namespace, self.dest, None) or [])
-        text = patch_source_form(values)
+        try:
+            text = patch_source_form(values)
+        except argparse.ArgumentTypeError as exc:  # an action's own check: argparse's way
+            raise argparse.ArgumentError(self, str(exc)) from None
         name, where = split_patch_source(text)
         if name is not None:
             items.append(f"{name}={where}")

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llamaspec.cli import options
+from llamaspec.cli import options, shared
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,15 +21,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     options.add(st, *options.SOURCE)
     st.set_defaults(handler=cmd_patches_status)
     ex = psub.add_parser("export", help="copy cached patch diffs to DIR (for air-gapped machines)")
-    ex.add_argument("dir", type=Path)
+    ex.add_argument("dir", type=shared.out_dir)
     ex.set_defaults(handler=cmd_patches_export)
     im = psub.add_parser("import", help="add diffs from a DIR written by `patches export`")
-    im.add_argument("dir", type=Path)
+    im.add_argument("dir", type=_import_dir)
     im.set_defaults(handler=cmd_patches_import)
     lk = sub.add_parser("lock", help="resolve short SHAs and PR heads into llamaspec.lock")
     options.add_mirrors(lk)
     lk.set_defaults(handler=cmd_lock)
     _bump_parser(sub)
+
+
+def _import_dir(text: str) -> Path:
+    """patches import DIR: not empty (which would import from the working directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "must not be empty; give the folder `llamaspec patches export DIR` wrote"
+        )
+    return Path(text)
 
 
 def cmd_lock(args: argparse.Namespace, console: Console) -> None:
@@ -93,7 +102,10 @@ def _bump_parser(sub: argparse._SubParsersAction) -> None:
         "--dry-run", action="store_true", help="judge and write the report; change no other file"
     )
     p.add_argument(
-        "--reports", type=Path, metavar="DIR", help="where the report goes (default: reports/)"
+        "--reports",
+        type=shared.out_dir,
+        metavar="DIR",
+        help="where the report goes (default: reports/)",
     )
     options.add(p, "patch_source", "dist", "jobs")
     p.set_defaults(handler=cmd_bump)

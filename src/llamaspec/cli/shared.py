@@ -1,7 +1,7 @@
 """What the commands that run a built artifact (verify, bench, tune, bench-build) share:
 `--artifact`/`--dist`, declared once, the artifact they name, and the argparse types for a
-count, a port, a host, an rpc host and a time limit (the network ones read by netaddr, as
-the engine reads them).
+count, a port, a host, an rpc host, a time limit (the network ones read by netaddr, as the
+engine reads them), a number of minutes, a folder to write into and a file to read.
 
 Imported by parsers, so it stays light: the build module loads inside `load_artifact`."""
 
@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 
 def add_artifact_args(p: argparse.ArgumentParser) -> None:
     """`--artifact ID` (or a prefix) in `--dist DIR`; the newest one there by default."""
-    p.add_argument("--artifact", help="artifact id (or prefix); default: newest in dist/")
+    p.add_argument(
+        "--artifact", type=artifact_id, help="artifact id (or prefix); default: newest in dist/"
+    )
     p.add_argument("--dist", type=Path, default=default_out("dist"))
 
 
@@ -83,3 +85,70 @@ def seconds(text: str) -> float:
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
     return value
+
+
+def artifact_id(text: str) -> str:
+    """argparse type for --artifact: not empty (an empty id is not "the newest")."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "must not be empty; give an artifact id (or a prefix of one) from dist/, or leave "
+            "--artifact out for the newest"
+        )
+    return text
+
+
+def minutes(text: str) -> float:
+    """argparse type: a finite number of minutes above 0 (nan and inf are refused like 0)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of minutes above 0")
+    return value
+
+
+def out_dir(text: str) -> Path:
+    """argparse type for a folder llamaspec writes into (--reports, --out): not empty, not a
+    file, and not under one. It is not created here: a refused command leaves nothing."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty; give a folder to write into")
+    path = Path(text)
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == path.absolute() else f"is under the file {existing}"
+        raise argparse.ArgumentTypeError(
+            f"{text} {where}, not a folder; give a folder to write into (made if missing)"
+        )
+    return path
+
+
+def existing_file(text: str) -> Path:
+    """argparse type for a file llamaspec reads (a GGUF): it must exist and be a file."""
+    path = Path(text)
+    if not text.strip() or not path.is_file():
+        what = "is a directory" if text.strip() and path.is_dir() else "does not exist"
+        raise argparse.ArgumentTypeError(f"{text!r} {what}; give the path of a file")
+    return path
+
+
+def existing_dir(text: str) -> Path:
+    """argparse type for a folder llamaspec reads: it must exist and be a folder."""
+    path = Path(text)
+    if not text.strip() or not path.is_dir():
+        what = "is a file" if text.strip() and path.exists() else "does not exist"
+        raise argparse.ArgumentTypeError(f"{text!r} {what}; give the path of a folder")
+    return path
+
+
+def out_file(text: str) -> Path:
+    """argparse type for a file llamaspec writes (a JSON record): not empty, not a folder,
+    and in a folder that is not a file."""
+    path = Path(text)
+    if not text.strip() or path.is_dir():
+        what = "is a folder" if text.strip() else "is empty"
+        raise argparse.ArgumentTypeError(f"{text!r} {what}; give the path of a file to write")
+    out_dir(str(path.parent))  # its folder: not a file, nor under one
+    return path

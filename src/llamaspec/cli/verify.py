@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from llamaspec.cli import shared
+from llamaspec.cli import options, shared
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import default_out
 
@@ -33,7 +33,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="built-in models: strict (F32 reference, token-identical), oracle (per-token "
         "gaps on the quantized model) or both (default)",
     )
-    v.add_argument("--recipe", help="verify a recipe's own settings (oracle tier)")
+    v.add_argument(
+        "--recipe", type=options.non_empty, help="verify a recipe's own settings (oracle tier)"
+    )
     v.add_argument("--target", type=Path, help="verify your own target GGUF (oracle tier)")
     v.add_argument("--draft", type=Path, help="with --target: a draft GGUF")
     v.add_argument(
@@ -92,7 +94,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="built-in models: run the parallel mode N times (timing-dependent batching)",
     )
-    v.add_argument("--reports", type=Path, default=default_out("reports"))
+    v.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     v.set_defaults(handler=cmd_verify)
 
 
@@ -141,8 +143,16 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> None:
     outcome.raise_if_failed(artifact, args.reports)
 
 
+# Every method a build may offer (which ones it does is read from its --help, later).
+METHODS = ("plain", "draft", "ngram-simple", "ngram-map-k", "ngram-mod", "draft+ngram-mod", "mtp")
+
+
 def _check(args: argparse.Namespace) -> None:
     """Options that only mean something together are refused apart, before any work."""
+    from llamaspec.errors import choose
+
+    for method in args.method:
+        choose("method", method, METHODS)
     own = args.recipe or args.target
     if args.recipe and args.target:
         raise LlamaspecError("Give --recipe or --target, not both.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -94,6 +95,18 @@ def cached_diff(engine: str, sha: str, say: Say | None = None) -> str | None:
     path.unlink(missing_ok=True)
     record.unlink(missing_ok=True)
     return None
+
+
+def check_patch_source(source: str) -> str:
+    """A --patch-source that names a local folder must be one; otherwise git would take it
+    for a remote and fail late (after the download), saying the commit is missing."""
+    remote = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://|[^/]*@[^/]*:|[^/:]+:[^/]", source)
+    if not remote and not Path(source).expanduser().is_dir():
+        raise LlamaspecError(
+            f"--patch-source {source}: no such folder. Give a local mirror (a clone of the "
+            "engine), a git URL, or leave the option out for the engine's own repository."
+        )
+    return source
 
 
 def _is_local_repo(source: str) -> Path | None:

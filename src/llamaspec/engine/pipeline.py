@@ -15,7 +15,7 @@ from rich.console import Console
 from llamaspec import config
 from llamaspec import lock as lockfile
 from llamaspec.config import user as userconfig
-from llamaspec.engine import backends, build_report, preflight, sources, toolchain
+from llamaspec.engine import backends, build_report, patch_sources, preflight, sources, toolchain
 from llamaspec.engine import build as build_stage
 from llamaspec.engine import patch_queue as patches
 from llamaspec.engine import profiles as flags
@@ -107,6 +107,8 @@ def prepare(
         series, engine.name, spec.patch, spec.no_patch, spec.no_default_patches
     )
     sources.check_request(engine, spec.pin, spec.source, spec.source_dir)
+    if spec.patch_source:
+        patch_sources.check_patch_source(spec.patch_source)
     locked = lockfile.load(root or _root())
     if record is None:  # a candidate record is in no lock yet
         lockfile.check_pin(engine, spec.pin or engine.pin, locked)

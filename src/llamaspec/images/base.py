@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from llamaspec.errors import LlamaspecError
+from llamaspec.images import specs
 from llamaspec.images.tools import Buildah, attempt, call
 
 DEBOOTSTRAP_S = 1800  # a minbase root from a Debian mirror (45 s here)
@@ -30,6 +31,7 @@ def _need(tool: str) -> str:
 
 def make_base_image(suite: str, tag: str, console: Console, mirror: str | None = None) -> str:
     """A Debian `minbase` root made with debootstrap, imported under `tag` (no registry)."""
+    specs.check_refs(("--tag", tag))
     debootstrap = _need("debootstrap")
     buildah = Buildah(_need("buildah"))
     tar = _need("tar")

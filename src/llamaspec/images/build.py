@@ -75,9 +75,9 @@ def load_record(path: Path) -> dict:
             "`llamaspec docker build --out FILE` wrote."
         ) from None
     tags = record.get("tags") if isinstance(record, dict) else None
-    if not tags or not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+    if not tags or not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
         raise LlamaspecError(
-            f"{path} is not a build record (no tags); give the file that "
+            f"{path} is not a build record (no tags, or an empty one); give the file that "
             "`llamaspec docker build --out FILE` wrote."
         )
     return record
@@ -321,10 +321,26 @@ def build_requested(request: ImageRequest, console: Console) -> BuiltImage:
             build_image=request.build_image,
         )
     images.validate(spec, engines)
+    images.check_refs(("--base-image", request.base_image), ("--build-image", request.build_image))
+    if artifact is None:
+        check_build_inputs(spec, request.patches)
     tool = detect(request.tool)
     return build_image(
         tool, spec, console, ccache=request.ccache, push=request.push, artifact=artifact
     )
+
+
+def check_build_inputs(spec: images.ImageSpec, patches: str) -> None:
+    """What the build in the image would refuse, refused before any container tool runs:
+    unknown patch ids and variants, malformed defines."""
+    from llamaspec.engine import patch_queue, profiles
+
+    include, exclude, no_defaults = images.parse_patches(patches)
+    patch_queue.select(config.load_series(), spec.engine, include, exclude, no_defaults)
+    for variant in spec.variants:
+        profiles.variant_flags(spec.engine, variant, spec.backend)
+    for define in spec.defines:
+        profiles.parse_define(define, "--define")
 
 
 def write_bake(engines: Mapping[str, Engine], *, check: bool, console: Console) -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from llamaspec.images import specs
 from llamaspec.images.tools import ContainerTool, call, detect
 
 CPU_BUDGET_MB = 60
@@ -23,6 +24,7 @@ def size_report(
     record: Mapping | None = None,
 ) -> dict:
     """reports/docker-size-<tag>.{json,md}: image size and the bytes it adds over its base."""
+    specs.check_refs(("image", ref), ("--base", base))
     tool = tool or detect()
     with tool.working_container(ref) as ctr:
         manifest = json.loads(tool.read_file(ctr, "/opt/llamaspec/manifest.json"))

@@ -126,6 +126,7 @@ def smoke_image(
     """The smoke test, run against the image's own llama-server, plus its HEALTHCHECK.
 
     `compare_dist`: a dist/ holding the host build of the same artifact id to compare with."""
+    images.check_refs(("image", ref))
     from llamaspec.models.dialects import dialect_for
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
     from llamaspec.proof.reference import reference_copy

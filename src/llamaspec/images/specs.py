@@ -359,3 +359,25 @@ def read_manifest(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise LlamaspecError(f"Cannot read the image's manifest {path}: {exc}") from None
+
+
+# An image reference: [host[:port]/]path[:tag][@digest], path components in lower case.
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REF = re.compile(
+    rf"(?:(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::(?P<port>\d+))?)/)?"
+    rf"{_PATH}(?:/{_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@[a-z0-9]+:[0-9a-f]{{32,}})?"
+)
+
+
+def check_refs(*refs: tuple[str, str | None]) -> None:
+    """Image references, (what, ref) with None for one not given, checked before any
+    container tool runs (not when parsed: scripts write placeholders such as IMAGE there)."""
+    for what, ref in refs:
+        if ref is None:
+            continue
+        m = _IMAGE_REF.fullmatch(ref)
+        if m is None or (m["port"] and not 0 < int(m["port"]) < 65536):
+            raise LlamaspecError(
+                f"{what} {ref!r} is not an image reference; write [HOST[:PORT]/]NAME[:TAG] with "
+                "the name in lower case, e.g. localhost/llamaspec:llama.cpp-cpu."
+            )

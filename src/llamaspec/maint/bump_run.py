@@ -46,6 +46,10 @@ def run(request: Request, console: Console) -> None:
     engines = config.load_engines(root)
     engine = engines[choose("engine", request.engine, engines)]
     bump.check_to(request.to)
+    if request.patch_source:
+        from llamaspec.engine.patch_sources import check_patch_source
+
+        check_patch_source(request.patch_source)
     if request.build:
         from llamaspec.engine.artifact import check_dist
 

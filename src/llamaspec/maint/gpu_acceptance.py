@@ -91,9 +91,17 @@ def run(request: Request, console: Console) -> Path:
 
     Raises when there is no GPU (before anything is built) or when any step failed (after
     all ran)."""
+    from llamaspec.engine import backends, profiles
     from llamaspec.engine.artifact import newest_artifact
     from llamaspec.engine.cuda import host as gpuhost
 
+    # what was asked for is checked before the GPU is looked for: a typo is named anywhere
+    engines = [choose("engine", e, ENGINES) for e in request.engines] or list(ENGINES)
+    if request.cuda_arch:
+        backends.parse_cuda_arch(request.cuda_arch)
+    for engine in engines:
+        for variant in request.variants:
+            profiles.variant_flags(engine, variant, "cuda")
     gpus = gpuhost.gpu_names()
     driver = gpuhost.driver_version()
     if not gpus:
@@ -103,7 +111,6 @@ def run(request: Request, console: Console) -> Path:
             "on a machine with a GPU and its driver (docs/guides/cuda.md, 'CUDA: the GPU "
             "acceptance run', says what to carry to one without a network)."
         )
-    engines = [choose("engine", e, ENGINES) for e in request.engines] or list(ENGINES)
     request.reports.mkdir(parents=True, exist_ok=True)
 
     gpu_text = "; ".join(gpus)

@@ -30,10 +30,13 @@ def status(
     from llamaspec import config
     from llamaspec import lock as lockfile
     from llamaspec.engine import patch_queue as patches
+    from llamaspec.engine import patch_sources as patchsrc
     from llamaspec.engine import sources
 
     engines = config.load_engines()
     engine = engines[choose("engine", engine_name, engines)]
+    if patch_source:
+        patchsrc.check_patch_source(patch_source)
     root = project_root()
     lock = lockfile.load(root)
     tree = sources.fetch(engine, pin, source, source_dir, console.print)
@@ -78,7 +81,7 @@ def relock(patch_sources: Sequence[str], console: Console) -> None:
         name, _, where = item.partition("=")
         if not where:
             raise LlamaspecError(f"--patch-source {item!r}: write it as ENGINE=DIR|URL.")
-        mirrors[choose("engine", name, engines)] = where
+        mirrors[choose("engine", name, engines)] = patchsrc.check_patch_source(where)
     lock = lockfile.load_project(root)
     lock["engines"] = {name: e.pin for name, e in engines.items()}
     failed: list[str] = []

@@ -487,6 +487,11 @@ def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = Non
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
     from llamaspec.proof.reference import reference_copy
 
+    if not artifact.server.is_file():  # before the models are prepared
+        raise LlamaspecError(
+            f"Artifact {artifact.id} has no {artifact.server.relative_to(artifact.path)} (an "
+            f"unfinished build or copy in {artifact.path.parent}); build it again."
+        )
     model = embedded_model(console.print)
     prompts, strict_n, skipped = SMOKE_PROMPTS, None, None
     n_max, chat_tokens = 8, CHAT_TOKENS

@@ -259,8 +259,9 @@ def for_files(
     check_gguf(target, "--target")
     if draft is not None:
         check_gguf(draft, "--draft")
+    target_info = compat.read_local(target)  # a truncated header is refused before any server
     if draft is not None:
-        verdict = compat.check(compat.read_local(target), compat.read_local(draft))
+        verdict = compat.check(target_info, compat.read_local(draft))
         if not verdict.ok:
             raise LlamaspecError(compat.explain(verdict) + " Nothing was run.")
     types = list(spec_types) or (["draft"] if draft is not None else ["ngram-mod"])

@@ -148,6 +148,10 @@ def serve(name: str, opts: RenderOptions, console: Console, root: Path | None = 
 
     root = root or project_root()
     recipe, catalog = recipes.find(name, root)
+    if opts.engine:  # a typo is named as one, not as "no such artifact"
+        from llamaspec import config
+
+        opts = replace(opts, engine=choose("engine", opts.engine, config.load_engines()))
     if not opts.artifact:
         opts = replace(opts, artifact=newest_artifact(opts.dist, opts.engine))
     # cheap checks first: the build and the rpc hosts, before any download
