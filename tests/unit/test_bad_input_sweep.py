@@ -135,7 +135,11 @@ def _world(
     help_file = tmp / "server-help.txt"
     help_file.write_text(server_help())
     for name in ("llama-server", "rpc-server"):
-        (art / "bin" / name).write_text(f"#!/bin/sh\ncat '{help_file}'\n")
+        # a CPU build: `--list-devices` lists no device beside the CPU, anything else is help
+        (art / "bin" / name).write_text(
+            '#!/bin/sh\nif [ "$1" = --list-devices ]; then echo "Available devices:"; exit 0; fi\n'
+            f"cat '{help_file}'\n"
+        )
         (art / "bin" / name).chmod(0o755)
     for name, content in (entry.get("files") or {}).items():
         path = tmp / _fill(name, tmp)

@@ -73,7 +73,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="registry to pull from (default: LLAMASPEC_REGISTRY, else the user config's "
         "`registry`, else the published registry)",
     )
-    p.add_argument("--tag", help="a specific (immutable) tag instead of <engine>-<backend>")
+    p.add_argument(
+        "--tag", type=_tag, help="a specific (immutable) tag instead of <engine>-<backend>"
+    )
     p.add_argument(
         "--recipe", **_spec(lambda s: s.DEFAULT_RECIPE, "recipe"), help="recipe to print a run for"
     )
@@ -140,6 +142,16 @@ def _check_from_artifact(args: argparse.Namespace) -> None:
 
 
 # One handler per `docker` subcommand; the image modules load on use (fast --help).
+
+
+def _tag(text: str) -> str:
+    """docker pull --tag: an image tag as registries spell it (no path, no spaces)."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an image tag; a tag is 1-128 letters, digits, '_', '.' or '-', "
+            "not starting with '.' or '-' (e.g. llama.cpp-cpu)"
+        )
+    return text
 
 
 def _jobs(text: str) -> str:

@@ -50,7 +50,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     m.add_argument(
         "--memory",
-        type=float,
+        type=shared.quantity("GiB"),
         metavar="GIB",
         help="memory for target + draft + KV cache, in GiB (default: this machine's RAM)",
     )

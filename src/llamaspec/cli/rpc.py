@@ -59,17 +59,28 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     st.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest rpc one")
     st.add_argument("--dist", type=Path, default=default_out("dist"))
-    st.add_argument("--reports", type=Path, default=default_out("reports"))
-    st.add_argument("--model", type=Path, help="GGUF (target and its own draft); default: embedded")
+    st.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    st.add_argument(
+        "--model",
+        type=shared.existing_file,
+        help="GGUF (target and its own draft); default: embedded",
+    )
     st.add_argument(
         "--rtt",
-        type=float,
+        type=shared.quantity("milliseconds", zero=True),
         action="append",
         help="round trip in ms (repeatable; default 0 0.2 1 5)",
     )
-    st.add_argument("--mbit", type=float, default=1000.0, help="link cap, Mbit/s (0: none)")
-    st.add_argument("--n-predict", type=int, default=48, help="tokens per run (default 48)")
-    st.add_argument("--n-max", type=int, default=8, help="draft length (default 8)")
+    st.add_argument(
+        "--mbit",
+        type=shared.quantity("Mbit/s", zero=True),
+        default=1000.0,
+        help="link cap, Mbit/s (0: none)",
+    )
+    st.add_argument(
+        "--n-predict", type=shared.positive, default=48, help="tokens per run (default 48)"
+    )
+    st.add_argument("--n-max", type=shared.positive, default=8, help="draft length (default 8)")
     st.set_defaults(handler=cmd_rpc_study)
 
 

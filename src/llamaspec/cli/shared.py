@@ -87,6 +87,22 @@ def seconds(text: str) -> float:
     return value
 
 
+def quantity(what: str, zero: bool = False):
+    """argparse type: a finite number above 0 (or at least 0 with `zero`) of `what`."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (value >= 0 if zero else value > 0) or not math.isfinite(value):
+            least = "0 or more" if zero else "above 0"
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of {what} {least}")
+        return value
+
+    return parse
+
+
 def artifact_id(text: str) -> str:
     """argparse type for --artifact: not empty (an empty id is not "the newest")."""
     if not text.strip():

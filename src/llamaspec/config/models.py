@@ -111,11 +111,21 @@ def load_models(root: Path | None = None) -> ModelsFile:
     path = (root or project_root()) / "models.yaml"
     raw, where = read_yaml(path), str(path)
     user = user_config() / "models.yaml"
+    if user.exists() and not user.is_file():
+        raise LlamaspecError(
+            f"{user} is not a file; the user's models.yaml must be a YAML file (or absent)."
+        )
     if user.is_file():  # the user's own models and pairs; theirs win on a shared name
         mine = read_yaml(user)
         if not isinstance(raw, dict) or not isinstance(mine, dict):
             bad = user if isinstance(raw, dict) else path
             raise LlamaspecError(f"{bad} must be a mapping with `models:` and `pairs:`.")
+        if isinstance(mine, dict) and (unknown := set(mine) - {"models", "pairs"}):
+            first = sorted(map(str, unknown))[0]
+            raise LlamaspecError(
+                f"{user}: unknown top-level key {first!r}; the file holds `models:` and "
+                f"`pairs:` only.{did_you_mean(first, ['models', 'pairs'])}"
+            )
         for key, file in ((k, f) for k in ("models", "pairs") for f in (user, path)):
             value = (mine if file == user else raw).get(key)
             if value is not None and not isinstance(value, dict):

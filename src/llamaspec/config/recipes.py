@@ -192,6 +192,12 @@ def load_recipes(
     if is_packaged(root):
         sources.append((user_data() / "recipes", "tuned"))
     sources.append((user_config() / "recipes", "user"))
+    for folder, _ in sources:
+        if folder.exists() and not folder.is_dir():
+            raise LlamaspecError(
+                f"{folder} is a file; recipes live in a folder of that name (one YAML file "
+                "per recipe). Move the file away, or make the folder."
+            )
     found = [(p, origin) for d, origin in sources for p in sorted(d.glob("*.yaml"))]
     seen: dict[str, str] = {}
     for path, origin in found:

@@ -81,7 +81,8 @@ def relock(patch_sources: Sequence[str], console: Console) -> None:
         name, _, where = item.partition("=")
         if not where:
             raise LlamaspecError(f"--patch-source {item!r}: write it as ENGINE=DIR|URL.")
-        mirrors[choose("engine", name, engines)] = patchsrc.check_patch_source(where)
+        named = choose("engine", name, engines)  # the engine first: a typo there is named
+        mirrors[named] = patchsrc.check_patch_source(where)
     lock = lockfile.load_project(root)
     lock["engines"] = {name: e.pin for name, e in engines.items()}
     failed: list[str] = []

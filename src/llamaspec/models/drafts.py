@@ -216,6 +216,13 @@ def resolve_target(text: str, catalog: ModelsFile) -> Source:
         parts = text.split("/")
         repo, file = "/".join(parts[:2]), "/".join(parts[2:])
     check_repo(repo, text)
+    parts = file.split("/") if file else []
+    if file and (not file.endswith(".gguf") or any(p in ("", ".", "..") for p in parts)):
+        raise LlamaspecError(
+            f"The target {text!r} names {file!r} in {repo}, which is not a GGUF file path (a "
+            "relative path inside the repo, ending in .gguf, without '..'). Write owner/name, "
+            "owner/name:file.gguf or owner/name/dir/file.gguf."
+        )
     files = gguf_files(repo)
     if not files:
         raise LlamaspecError(
