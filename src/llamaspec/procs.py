@@ -321,3 +321,25 @@ def popen(
             + (" Its last output:" if tail else " It printed nothing."),
             details=tail or None,
         )
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this id runs (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(parent: Path, pattern: str) -> None:
+    """Remove the working directories `parent/pattern` that killed runs left behind: each
+    name ends in `-<pid>` of the process that made it, and that process no longer runs."""
+    import shutil
+
+    for entry in parent.glob(pattern):
+        pid = entry.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)

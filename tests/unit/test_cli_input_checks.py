@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from llamaspec.cli import docker as cli_docker
 from llamaspec.cli import options, shared
 from llamaspec.cli.main import _maint, main
 from llamaspec.engine.artifact import Artifact, load_artifact, newest_artifact
@@ -180,23 +179,26 @@ def test_lock_with_a_missing_mirror_leaves_the_lock_alone(
 
 
 def test_docker_build_checks_what_the_image_build_would_refuse() -> None:
+    from llamaspec.images.build import check_build_inputs
     from llamaspec.images.specs import ImageSpec
 
     spec = ImageSpec()
-    cli_docker._check_build_inputs(spec, "")
+    check_build_inputs(spec, "")
     with pytest.raises(LlamaspecError, match="Unknown patch id 'nope'"):
-        cli_docker._check_build_inputs(spec, "nope")
+        check_build_inputs(spec, "nope")
     with pytest.raises(LlamaspecError, match="nope"):
-        cli_docker._check_build_inputs(ImageSpec(variants=("nope",)), "")
+        check_build_inputs(ImageSpec(variants=("nope",)), "")
     with pytest.raises(LlamaspecError, match="=ON"):
-        cli_docker._check_build_inputs(ImageSpec(defines=("=ON",)), "")
+        check_build_inputs(ImageSpec(defines=("=ON",)), "")
 
 
 def test_a_build_record_with_an_empty_tag_is_refused(tmp_path: Path) -> None:
     record = tmp_path / "r.json"
     record.write_text('{"tags": [""]}')
+    from llamaspec.images.build import load_record
+
     with pytest.raises(LlamaspecError, match="not a build record"):
-        cli_docker._record(record)
+        load_record(record)
 
 
 def test_gpu_acceptance_names_a_typo_before_looking_for_a_gpu(

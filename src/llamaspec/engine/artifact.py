@@ -74,14 +74,14 @@ def read_manifest(path: Path) -> dict:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else "it is not valid JSON"
         raise LlamaspecError(
-            f"{path} cannot be read ({why}): that artifact's build record is damaged. Remove "
-            f"{path.parent} and build it again (`llamaspec build`), or name another with "
-            "--artifact."
+            f"{path} cannot be read ({why}): the artifact is damaged. Remove {path.parent} and "
+            "build it again (`llamaspec build`), or name another with --artifact."
         ) from None
     if not isinstance(data, dict):
         raise LlamaspecError(
-            f"{path} is not an artifact manifest (a JSON object): remove {path.parent} and "
-            "build it again (`llamaspec build`), or name another with --artifact."
+            f"{path} is not an artifact manifest (a JSON object): the artifact is damaged. "
+            f"Remove {path.parent} and build it again (`llamaspec build`), or name another "
+            "with --artifact."
         )
     return data
 

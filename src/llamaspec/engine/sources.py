@@ -105,18 +105,8 @@ def _clean_stale(parent: Path) -> None:
             pid = int(entry.name.split("-")[-2])
         except (ValueError, IndexError):
             continue
-        if pid != os.getpid() and not _alive(pid):
+        if pid != os.getpid() and not procs.alive(pid):
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _write_meta(tree: Path, meta: dict) -> None:

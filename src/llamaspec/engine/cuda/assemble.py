@@ -101,7 +101,7 @@ def assemble(
     files = [_fetch(name, f, say) for name, f in wheels]
     say(f"cuda toolkit: assembling {target.name} from {len(files)} wheel(s)")
     work = base / f".tmp-{target.name}-{os.getpid()}"
-    _clean_stale(base)
+    procs.remove_stale(base, ".tmp-*")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
@@ -259,16 +259,3 @@ def _finish_links(root: Path) -> None:
         plain = lib.with_name(lib.name.split(".so", 1)[0] + ".so")
         if not plain.exists() and not plain.is_symlink():
             plain.symlink_to(lib.name)
-
-
-def _clean_stale(parent: Path) -> None:
-    """Remove assembly directories of runs that were killed (`.tmp-<name>-<pid>`)."""
-    for entry in parent.glob(".tmp-*"):
-        pid = entry.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid():
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                shutil.rmtree(entry, ignore_errors=True)
-            except PermissionError:
-                pass

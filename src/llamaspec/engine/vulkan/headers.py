@@ -93,19 +93,6 @@ def mark_complete(root: Path, debs: tuple[Deb, ...]) -> None:
     (root / ".complete").write_text(lines + f"tree {tree_digest(root)}\n")
 
 
-def _clean_stale(parent: Path) -> None:
-    """Remove unpacking directories of runs that were killed (`.tmp-<release>-<pid>`)."""
-    for entry in parent.glob(f".tmp-{RELEASE}-*"):
-        pid = entry.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid():
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                shutil.rmtree(entry, ignore_errors=True)
-            except PermissionError:
-                pass
-
-
 def prefix() -> HeaderPrefix:
     """Where the private headers live (present or not)."""
     return HeaderPrefix(cache_dir() / "vulkan-headers" / RELEASE, RELEASE)
@@ -142,7 +129,7 @@ def install(say: Callable[[str], None] = print, mirror: str | None = None) -> He
     base = (mirror or os.environ.get("LLAMASPEC_DEBIAN_MIRROR") or MIRROR).rstrip("/")
     work = target.root.with_name(f".tmp-{RELEASE}-{os.getpid()}")
     work.parent.mkdir(parents=True, exist_ok=True)
-    _clean_stale(work.parent)
+    procs.remove_stale(work.parent, f".tmp-{RELEASE}-*")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
