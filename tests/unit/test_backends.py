@@ -330,6 +330,7 @@ def test_private_vulkan_headers_are_verified_on_use() -> None:
 
 
 def test_unpacking_dirs_of_killed_runs_are_removed(tmp_path: Path) -> None:
+    from llamaspec import procs
     from llamaspec.engine.vulkan import headers as vkheaders
 
     parent = vkheaders.prefix().root.parent
@@ -337,5 +338,5 @@ def test_unpacking_dirs_of_killed_runs_are_removed(tmp_path: Path) -> None:
     (stale / "usr").mkdir(parents=True)
     live = parent / f".tmp-{vkheaders.RELEASE}-{os.getppid()}"
     live.mkdir()
-    vkheaders._clean_stale(parent)
+    procs.remove_stale(parent, f".tmp-{vkheaders.RELEASE}-*")
     assert not stale.exists() and live.exists()
