@@ -624,7 +624,7 @@ def test_cli_renders_the_ngram_recipe_for_ik_at_its_default_pin(tmp_path: Path) 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # ik at 55d3c05 reads chats without Jinja: the built-in template by its name
     assert proc.stdout.splitlines()[0].endswith(
-        "-c 4096 -np 1 --chat-template gemma --spec-type ngram-mod"
+        "-c 4096 -np 1 --chat-template deepseek --spec-type ngram-mod"
     )
     proc = cli(
         "recipe", "show", "deepseek-r1", "--engine", "ik_llama.cpp", "--backend", "cpu",
@@ -650,7 +650,7 @@ def test_cli_renders_a_docker_run_line_with_the_models_mounted(tmp_path: Path) -
     assert f" -v {model}:/models/gemma-3-270m-q4_k_m.gguf:ro " in run
     assert run.endswith(" ghcr.io/llamaspec/llamaspec:llama.cpp-cpu \\")
     want = (  # the base model's GGUF has no chat template: upstream gets Gemma's by name
-        "-m /models/gemma-3-270m-q4_k_m.gguf -c 4096 -np 1 --no-jinja --chat-template gemma "
+        "-m /models/gemma-3-270m-q4_k_m.gguf -c 4096 -np 1 --no-jinja --chat-template deepseek "
         "--spec-type ngram-mod"
     )
     assert server.strip() == want
@@ -993,18 +993,19 @@ IK_HELP = """\
 
 
 def test_a_recipe_names_a_built_in_chat_template_in_each_dialect() -> None:
-    """Gemma 3 270M's GGUF has no chat template, and ChatML (the server's fallback) makes
-    the base model repeat the question: the recipe names Gemma's template built into the
-    engine. Upstream's server reads `--chat-template` as Jinja source unless --no-jinja (its
-    default is Jinja on: `gemma` would be a template that prints the word gemma); ik at its
-    pin has Jinja off and looks the name up."""
+    """Gemma 3 270M's GGUF has no chat template, and ChatML (the server's fallback) or
+    Gemma's turns make the base model repeat the question: the recipe names the engine's
+    built-in instruction/response template (`deepseek`), which it answers. Upstream's server
+    reads `--chat-template` as Jinja source unless --no-jinja (its default is Jinja on: the
+    name would be a template that prints itself); ik at its pin has Jinja off and looks the
+    name up."""
     recipe = config.load_recipes(ROOT)["gemma3-270m-ngram"]
-    assert recipe.server.chat_template == "gemma"
+    assert recipe.server.chat_template == "deepseek"
     want = {
-        "upstream": ["--no-jinja", "--chat-template", "gemma"],
-        "upstream-legacy": ["--no-jinja", "--chat-template", "gemma"],
-        "ik-legacy": ["--chat-template", "gemma"],
-        "ik-spec-type": ["--chat-template", "gemma"],
+        "upstream": ["--no-jinja", "--chat-template", "deepseek"],
+        "upstream-legacy": ["--no-jinja", "--chat-template", "deepseek"],
+        "ik-legacy": ["--chat-template", "deepseek"],
+        "ik-spec-type": ["--chat-template", "deepseek"],
     }
     for dialect, flags in want.items():
         engine = "ik_llama.cpp" if dialect.startswith("ik") else "llama.cpp"
