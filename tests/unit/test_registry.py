@@ -476,16 +476,29 @@ def test_the_entrypoints_cpu_refusal_names_a_fix_for_the_image_it_is(tmp_path: P
 
 
 def test_a_from_artifact_build_leaves_no_container_or_image_behind(tmp_path: Path) -> None:
-    """buildah keeps a working container for a stage that is only `FROM <stage>`, and with
-    --layers an intermediate image per artifact (seen with buildah 1.28); --force-rm and no
-    layer cache leave neither, also when the build fails."""
+    """buildah keeps a working container for a stage that is only `FROM <stage>`, and an
+    untagged image per stage (seen with buildah 1.28; `--layers=false` instead fails at the
+    end with "identifier is not an image"): --force-rm leaves no container, and the untagged
+    images a build made are removed after it, failed or not, and only those."""
     dockerfile, context = ROOT / "docker" / "Dockerfile.cpu", ROOT
-    kept = tools.BuildSettings(pull_never=True)
-    argv = tools.Buildah().build_argv(dockerfile, context, "runtime", {}, kept)
-    assert "--force-rm" in argv and "--layers" in argv  # the in-image build reuses its stage
-    artifact = tools.BuildSettings(pull_never=True, keep_layers=False)
-    argv = tools.Buildah().build_argv(dockerfile, context, "runtime", {}, artifact)
-    assert "--force-rm" in argv and "--layers=false" in argv and "--layers" not in argv
+    for settings in (tools.BuildSettings(pull_never=True, keep_layers=k) for k in (True, False)):
+        argv = tools.Buildah().build_argv(dockerfile, context, "runtime", {}, settings)
+        assert "--force-rm" in argv and "--layers" in argv and "--layers=false" not in argv
+    state, log = tmp_path / "untagged", tmp_path / "calls"
+    state.write_text("sha256:old\n")
+    fake = tmp_path / "buildah"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\nif [ "$1" = images ]; then cat {state}; fi\n')
+    fake.chmod(0o755)
+    tool = tools.Buildah(str(fake))
+    with pytest.raises(RuntimeError), tool.new_images_removed():
+        state.write_text("sha256:old\nsha256:new1\nsha256:new2\n")  # the build made two
+        raise RuntimeError("the build failed")
+    calls = log.read_text().splitlines()
+    assert calls[-1] == "rmi sha256:new1 sha256:new2"  # the user's own untagged one stays
+    log.write_text("")
+    with tool.new_images_removed():
+        pass  # a build that made none: nothing removed
+    assert not any(c.startswith("rmi") for c in log.read_text().splitlines())
 
 
 def test_build_image_of_an_artifact_keeps_no_layers(tmp_path: Path) -> None:

@@ -242,6 +242,8 @@ def build_image(
             dockerfile, root, "runtime", label_args, settings, tags=refs, push=push,
             ca_bundle=bundle,
         )  # fmt: skip
+        if not settings.keep_layers:
+            stack.enter_context(tool.new_images_removed())
         run_logged(cmd, logs / f"{stem}-runtime.log", console, "runtime stage")
     t2 = time.monotonic()
     want = images.image_labels(manifest, src, rev)

@@ -48,7 +48,7 @@ class BuildSettings:
     build stage and whether the base image is already in local storage (buildah).
     `keep_layers`: keep the stages' intermediate images as a cache for the next build
     (buildah `--layers`); an image around an artifact from dist/ has nothing to reuse, so
-    nothing of its build is kept."""
+    nothing of its build is kept (`ContainerTool.new_images_removed`)."""
 
     cache: str | None = None  # e.g. "type=gha,scope=llama.cpp-cpu"
     volumes: tuple[Volume, ...] = ()
@@ -96,6 +96,8 @@ class ContainerTool(Protocol):
     def inspect(self, ref: str) -> dict: ...
 
     def labels(self, ref: str) -> dict[str, str]: ...
+
+    def new_images_removed(self) -> AbstractContextManager[None]: ...
 
     def read_file(self, ctr: str, path: str) -> str: ...
 
@@ -205,6 +207,12 @@ class _Common:
     def labels(self, ref: str) -> dict[str, str]:
         return self.inspect(ref).get("Labels") or {}  # type: ignore[attr-defined]
 
+    @contextlib.contextmanager
+    def new_images_removed(self) -> Iterator[None]:
+        """Around a build whose intermediate images are worth nothing later: remove the
+        untagged images it made (nothing to do where the tool keeps none in its storage)."""
+        yield
+
     def tag(self, ref: str, new: str) -> None:
         """Give the local image `ref` (e.g. `name@sha256:…`) the name `new` as well."""
         call([self.path, "tag", ref, new], f"tag {ref} as {new}")
@@ -306,10 +314,9 @@ class Buildah(_Common):
 
     def _build_head(self, settings: BuildSettings) -> list[str]:
         # --force-rm: no working container is left behind, even by a failed build (a stage
-        # that is only `FROM <another stage>` leaves one otherwise); without --layers no
-        # intermediate image either
-        layers = "--layers" if settings.keep_layers else "--layers=false"
-        cmd = [self.path, "bud", "--isolation", "chroot", layers, "--force-rm"]
+        # that is only `FROM <another stage>` leaves one otherwise); the untagged images of a
+        # build that keeps no layers are removed after it (`new_images_removed`)
+        cmd = [self.path, "bud", "--isolation", "chroot", "--layers", "--force-rm"]
         cmd += ["--format", "docker"]
         if settings.pull_never:
             cmd.append("--pull=never")
@@ -343,6 +350,23 @@ class Buildah(_Common):
 
     def image_exists(self, ref: str) -> bool:
         return attempt([self.path, "inspect", "--type", "image", ref]).returncode == 0
+
+    def _untagged(self) -> set[str]:
+        proc = attempt([self.path, "images", "-q", "--no-trunc", "--filter", "dangling=true"])
+        return set(proc.stdout.split()) if proc.returncode == 0 else set()
+
+    @contextlib.contextmanager
+    def new_images_removed(self) -> Iterator[None]:
+        """The stages' untagged images this build made are removed afterwards, failed or
+        not (`--layers=false` would not make them, but buildah 1.28 then fails at the end of
+        a stage that is only `FROM <an earlier stage>`: "identifier is not an image")."""
+        before = self._untagged()
+        try:
+            yield
+        finally:
+            made = sorted(self._untagged() - before)
+            if made:
+                attempt([self.path, "rmi", *made])
 
     def inspect(self, ref: str) -> dict:
         """The image's config (Labels, User, Env, Healthcheck, …) as Docker's JSON spells it."""
