@@ -234,11 +234,14 @@ def registry(tmp_path_factory) -> Iterator[str]:
 
 
 def _local_images() -> list[str]:
+    """The ids of llamaspec's images in buildah's storage (built or pulled), so that a pull
+    must fetch them again; by id, since a pull by digest leaves a name without a tag."""
     out = subprocess.run(
-        ["buildah", "images", "--format", "{{.Name}}:{{.Tag}}"],
+        ["buildah", "images", "--format", "{{.ID}} {{.Name}}"],
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip
-    return [ref for ref in out.split() if ref.startswith(("localhost/", "127.0.0.1:"))]
+    rows = (line.split() for line in out.splitlines() if line.strip())
+    return sorted({i for i, name in rows if name.startswith(("localhost/", "127.0.0.1:"))})
 
 
 def test_registry_round_trip(cpu_image, registry, upstream_artifact, tmp_path: Path) -> None:
