@@ -22,7 +22,6 @@ from typing import Literal
 from rich.console import Console
 from rich.table import Table
 
-from llamaspec import procs
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
@@ -543,16 +542,10 @@ STRICT_ON_SOFTWARE = "LLAMASPEC_SMOKE_STRICT_ON_SOFTWARE"
 
 def software_device(artifact: Artifact) -> str | None:
     """The device name when every device the server sees is a software one, else None."""
-    try:
-        proc = procs.run(
-            [str(artifact.server), "--list-devices"],
-            timeout=300,
-            check=False,
-            what=f"{artifact.server.name} --list-devices",
-        )
-    except LlamaspecError:
-        return None
-    return only_software(proc.stdout)
+    from llamaspec.runtime.client import list_devices
+
+    printed = list_devices(artifact.server, timeout=300)
+    return None if printed is None else only_software(printed)
 
 
 def only_software(listing: str) -> str | None:

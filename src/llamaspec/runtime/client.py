@@ -400,3 +400,19 @@ def next_token_logprobs(server: Server, tokens: Sequence[int]) -> tuple[int, dic
         raise server.failure("the reference returned no probabilities for the next token")
     top = _top(probs[0])
     return int(token_key(probs[0])), {int(k): v for k, v in top.items()}
+
+
+def list_devices(server: Path, timeout: float) -> str | None:
+    """What `llama-server --list-devices` prints, or None when it cannot be run."""
+    from llamaspec import procs
+
+    try:
+        proc = procs.run(
+            [str(server), "--list-devices"],
+            timeout=timeout,
+            check=False,
+            what=f"{server.name} --list-devices",
+        )
+    except LlamaspecError:
+        return None
+    return proc.stdout

@@ -177,18 +177,12 @@ def list_devices(artifact: Artifact) -> tuple[str, ...] | None:
     --list-devices` lists (one build, the same ggml backends; rpc-server itself lists them
     only after refusing a name). None when the listing is not to be had (ik_llama.cpp's
     server has no --list-devices)."""
-    from llamaspec import procs
+    from llamaspec.runtime.client import list_devices as server_devices
 
-    try:
-        proc = procs.run(
-            [str(artifact.server), "--list-devices"],
-            timeout=120,
-            check=False,
-            what=f"{artifact.server.name} --list-devices",
-        )
-    except LlamaspecError:
+    printed = server_devices(artifact.server, timeout=120)
+    if printed is None:
         return None
-    _, found, listing = proc.stdout.partition("Available devices:")
+    _, found, listing = printed.partition("Available devices:")
     if not found:
         return None
     return ("CPU", *(n for n in LISTED_DEVICE.findall(listing) if n.upper() != "CPU"))
