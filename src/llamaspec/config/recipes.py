@@ -22,6 +22,8 @@ SpecType = Literal[
     "draft",
     "mtp",
     "eagle3",
+    "dflash",
+    "dspark",
     "ngram-simple",
     "ngram-map-k",
     "ngram-map-k4v",

@@ -33,8 +33,9 @@ from llamaspec.models.server_help import (
 
 Method = Literal["draft", "ngram-simple", "ngram-map-k", "ngram-mod", "mtp"]
 
-# Spec types that read a separate draft model file (EAGLE3 heads ship as one).
-MODEL_TYPES = frozenset({"draft", "eagle3"})
+# Spec types that read a separate draft model file (EAGLE-3 heads, DFlash and DSpark
+# drafters ship as one).
+MODEL_TYPES = frozenset({"draft", "eagle3", "dflash", "dspark"})
 # Spec types that draft token runs of a configurable length (draft n_max/n_min/p_min).
 DRAFTING_TYPES = MODEL_TYPES | {"mtp"}
 NGRAM_TYPES = frozenset(t for t in config.SPEC_TYPES if t.startswith("ngram-"))
@@ -113,6 +114,8 @@ DIALECTS: Mapping[str, Dialect] = {
                 "draft": "draft-simple",
                 "eagle3": "draft-eagle3",
                 "mtp": "draft-mtp",
+                "dflash": "draft-dflash",
+                "dspark": "draft-dspark",
                 **{t: t for t in sorted(NGRAM_TYPES)},
             },
             flags={
@@ -185,8 +188,8 @@ DIALECTS: Mapping[str, Dialect] = {
             checkpoints=False,
             rpc_device="RPC{index}[{endpoint}]",
             builtin_template=("--chat-template",),
-            later="upstream llama.cpp (dialect 'upstream') offers eagle3, ngram-map-k4v and "
-            "ngram-cache",
+            later="upstream llama.cpp (dialect 'upstream') offers eagle3, dflash, dspark, "
+            "ngram-map-k4v and ngram-cache",
         ),
     )
 }
