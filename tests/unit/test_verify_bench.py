@@ -166,19 +166,27 @@ def test_dialect_probe_from_help() -> None:
 def test_methods_follow_the_binary() -> None:
     upstream_help = "--spec-type none,draft-simple,ngram-simple,ngram-map-k,ngram-mod\n"
     upstream_help += "--spec-ngram-mod-n-min N\n"
-    methods = methods_for("upstream", upstream_help, Path("d.gguf"), has_mtp=False)
+    methods = methods_for("upstream", upstream_help, Path("d.gguf"))
     names = [m.name if isinstance(m, Method) else m for m in methods]
-    assert names[:4] == ["draft", "ngram-simple", "ngram-map-k", "ngram-mod"]
-    assert names[-1] == "mtp: the model has no MTP heads"
-    old = methods_for("ik-legacy", "--spec-type ngram-simple", Path("d.gguf"), False)
-    assert "ngram-mod: not in this binary's --spec-type list" in old
+    assert [n for n in names if ":" not in n][:3] == ["draft", "ngram-map-k", "ngram-mod"]
+    assert "ngram-cache: ngram-cache is not in this binary's --spec-type list" in names
+    assert "ngram-mod" in names and not any(n.startswith("mtp") for n in names)
+    mtp = methods_for("upstream", upstream_help, Path("d.gguf"), ("mtp",))
+    assert mtp == ["mtp: draft-mtp is not in this binary's --spec-type list"]
+    old = methods_for("ik-legacy", "--spec-type ngram-simple", Path("d.gguf"))
+    assert "ngram-mod: ngram-mod is not in this binary's --spec-type list" in old
+    ik = methods_for("ik-legacy", "--spec-type ngram-simple", Path("d.gguf"), ("eagle3",))
+    assert ik == [
+        "eagle3: ik_llama.cpp at ik_llama.cpp before its PR #1908, e.g. the default "
+        "pin 55d3c05 (dialect 'ik-legacy') has no eagle3"
+    ]
     draft = next(m for m in methods if isinstance(m, Method) and m.name == "draft")
     assert "d.gguf" in draft.argv
 
 
 def test_plain_control_runs_only_when_named() -> None:
     help_text = "--spec-type none,draft-simple,ngram-simple,ngram-map-k,ngram-mod\n"
-    available = methods_for("upstream", help_text, Path("d.gguf"), has_mtp=False)
+    available = methods_for("upstream", help_text, Path("d.gguf"))
     everything = choose_methods(available, None, Path("llama-server"))
     assert "plain" not in [m.name for m in everything if isinstance(m, Method)]
     chosen = choose_methods(available, ["plain", "draft"], Path("llama-server"))

@@ -20,11 +20,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     shared.add_artifact_args(v)
     v.add_argument(
         "--model",
-        choices=["embedded", "hybrid"],
         action="append",
         default=[],
-        help="built-in models (default: embedded, and hybrid where the build has no catalogued "
-        "hybrid defect)",
+        help="built-in models: embedded, hybrid, and the random-weight reference models of the "
+        "other speculation types (mtp, eagle3, gemma4, dflash, dspark; glm4moe-mtp for "
+        "ik_llama.cpp). Default: every one the build can serve (hybrid only where it has no "
+        "catalogued hybrid defect)",
     )
     v.add_argument(
         "--tier",
@@ -124,7 +125,7 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> None:
             prompts,
         )
     else:
-        which = args.model or suite.default_models(artifact)
+        which = args.model
         tiers = ["strict", "oracle"] if args.tier == "both" else [args.tier]
         outcome = suite.builtin(
             artifact,
@@ -143,16 +144,14 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> None:
     outcome.raise_if_failed(artifact, args.reports)
 
 
-# Every method a build may offer (which ones it does is read from its --help, later).
-METHODS = ("plain", "draft", "ngram-simple", "ngram-map-k", "ngram-mod", "draft+ngram-mod", "mtp")
-
-
 def _check(args: argparse.Namespace) -> None:
     """Options that only mean something together are refused apart, before any work."""
     from llamaspec.errors import choose
+    from llamaspec.models.methods import METHOD_NAMES
 
+    # every method verify knows (which ones a build offers is read from its --help, later)
     for method in args.method:
-        choose("method", method, METHODS)
+        choose("method", method, ("plain", *METHOD_NAMES))
     own = args.recipe or args.target
     if args.recipe and args.target:
         raise LlamaspecError("Give --recipe or --target, not both.")

@@ -55,32 +55,55 @@ def offers(help_text: str, spec_type: str) -> bool:
     return spec_type in listed if listed is not None else spec_type in help_text
 
 
-def methods_for(dialect: str, help_text: str, draft: Path, has_mtp: bool) -> list[Method | str]:
-    """The methods this binary supports; unsupported ones come back as a reason string."""
+# Every method verify knows: its name, the spec types it stacks and their settings. A model
+# runs those whose types it can exercise (`types` of methods_for).
+KNOWN: tuple[tuple[str, tuple[str, ...], dict], ...] = (
+    ("draft", ("draft",), {"draft_n_max": 8, "draft_p_min": 0.0}),
+    *((name, (name,), {}) for name in sorted(dialects.NGRAM_TYPES)),
+    ("draft+ngram-mod", ("draft", "ngram-mod"), {"draft_n_max": 8, "draft_p_min": 0.0}),
+    ("mtp", ("mtp",), {"draft_n_max": 3, "draft_p_min": 0.0}),
+    ("eagle3", ("eagle3",), {"draft_n_max": 8, "draft_p_min": 0.0}),
+    ("dflash", ("dflash",), {"draft_n_max": 8, "draft_p_min": 0.0}),
+    ("dspark", ("dspark",), {"draft_n_max": 8, "draft_p_min": 0.0}),
+)
+METHOD_NAMES: tuple[str, ...] = tuple(name for name, _, _ in KNOWN)
+# What the embedded model (a plain target that drafts for itself) exercises.
+EMBEDDED_TYPES = ("draft", *sorted(dialects.NGRAM_TYPES))
+
+
+def offered(dialect: str, help_text: str, spec_type: str) -> str | None:
+    """None when this binary offers `spec_type` (llamaspec's name), else why not."""
+    d = dialects.DIALECTS[dialect]
+    if spec_type not in d.types:
+        return f"{d.engine} at {d.pins} (dialect {d.name!r}) has no {spec_type}"
+    name = d.type_names.get(spec_type)
+    if name is not None and not offers(help_text, name):
+        return f"{name} is not in this binary's --spec-type list"
+    switch = d.switches.get(spec_type)
+    if switch is not None and switch not in help_flags(help_text):
+        return f"this binary has no {switch} switch"
+    return None
+
+
+def methods_for(
+    dialect: str, help_text: str, draft: Path, types: Sequence[str] = EMBEDDED_TYPES
+) -> list[Method | str]:
+    """The methods a model that exercises `types` runs on this binary; a method the binary
+    cannot run comes back as a reason string ("name: why")."""
     out: list[Method | str] = []
-    wanted: list[tuple[str, tuple[str, ...], dict]] = [
-        ("draft", ("draft",), {"draft_n_max": 8, "draft_p_min": 0.0}),
-        *((name, (name,), {}) for name in ("ngram-simple", "ngram-map-k", "ngram-mod")),
-        ("draft+ngram-mod", ("draft", "ngram-mod"), {"draft_n_max": 8, "draft_p_min": 0.0}),
-    ]
-    for name, types, settings in wanted:
-        if any(t.startswith("ngram") and not offers(help_text, t) for t in types):
-            out.append(f"{name}: not in this binary's --spec-type list")
+    for name, needs, settings in KNOWN:
+        if not set(needs) <= set(types):
+            continue
+        why = next((w for t in needs if (w := offered(dialect, help_text, t))), None)
+        if why is not None:
+            out.append(f"{name}: {why}")
             continue
         try:
-            argv = render_method(dialect, help_text, types, settings, draft)
+            argv = render_method(dialect, help_text, needs, settings, draft)
         except LlamaspecError as exc:
             out.append(f"{name}: {exc.message.split('. ')[0]}")
             continue
         out.append(Method(name, tuple(argv)))
-    if has_mtp:
-        out.append(
-            Method(
-                "mtp", tuple(render_method(dialect, help_text, ("mtp",), {"draft_n_max": 1}, draft))
-            )
-        )
-    else:
-        out.append("mtp: the model has no MTP heads")
     return out
 
 

@@ -24,12 +24,14 @@ from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import catalog as models
 from llamaspec.models import compat, dialects, recipes
-from llamaspec.models.methods import Method
+from llamaspec.models.methods import EMBEDDED_TYPES, Method
 from llamaspec.paths import project_root
 from llamaspec.proof import verify
+from llamaspec.proof.coverage import Coverage
 from llamaspec.proof.defects import defects_for
 from llamaspec.proof.prompts import choose_prompts
 from llamaspec.proof.reference import Reference, reference_copy
+from llamaspec.proof.refmodels import registry
 from llamaspec.proof.verify_report import VerifyReport
 from llamaspec.runtime.client import Prompt
 
@@ -41,6 +43,7 @@ OWN_OPTIONS = {"-m": 1, "--host": 1, "--port": 1, "-c": 1, "-np": 1, "-fa": 1}
 @dataclass(frozen=True)
 class Outcome:
     reports: tuple[VerifyReport, ...]
+    coverage: Coverage | None = None
 
     @property
     def failed(self) -> list[str]:
@@ -62,13 +65,48 @@ class Outcome:
         )
 
 
-def default_models(artifact: Artifact) -> list[str]:
-    """The embedded model, and the hybrid one unless the build is known to corrupt hybrid
-    speculation (ik_llama.cpp before its checkpoint series; `--model hybrid` still runs it)."""
-    if artifact.manifest.get("engine") == "llama.cpp":
-        return ["embedded", "hybrid"]
+BUILTIN = ("embedded", "hybrid")  # and the reference families (proof.refmodels.registry)
+# What the hybrid model (a recurrent target and a draft with other weights) exercises.
+HYBRID_TYPES = ("draft", *registry.NGRAM)
+
+
+def default_models(artifact: Artifact, dialect: str = "", help_text: str = "") -> list[str]:
+    """The embedded model, the hybrid one unless the build is known to corrupt hybrid
+    speculation (ik_llama.cpp before its checkpoint series; `--model hybrid` still runs it),
+    and every reference family the build can serve (with `dialect` and `help_text`)."""
+    engine = str(artifact.manifest.get("engine"))
     broken = [d for d in defects_for(artifact.manifest) if d.targets == "hybrid"]
-    return ["embedded"] if broken else ["embedded", "hybrid"]
+    out = ["embedded"] if broken and engine != "llama.cpp" else ["embedded", "hybrid"]
+    return out + (registry.usable(engine, dialect, help_text) if dialect else [])
+
+
+def check_models(which: Sequence[str], artifact: Artifact, dialect: str, help_text: str) -> None:
+    """Every named model known and servable by this build, before anything is written."""
+    engine = str(artifact.manifest.get("engine"))
+    for name in which:
+        choose("built-in model", name, (*BUILTIN, *registry.BY_NAME))
+        family = registry.BY_NAME.get(name)
+        why = family and registry.runnable(family, engine, dialect, help_text)
+        if why:
+            can = [*BUILTIN, *registry.usable(engine, dialect, help_text)]
+            raise LlamaspecError(
+                f"verify --model {name} ({family.what}) cannot run on this build "  # type: ignore[union-attr]
+                f"({artifact.id}): {why}. Built-in models it can run: {', '.join(can)}. "
+                "Nothing was written or started."
+            )
+
+
+def _not_run(which: Sequence[str], engine: str, dialect: str, help_text: str) -> dict[str, str]:
+    """Why each type of a reference family this run did not serve is not covered."""
+    out: dict[str, str] = {}
+    for f in registry.FAMILIES:
+        if f.name in which:
+            continue
+        why = registry.runnable(f, engine, dialect, help_text)
+        reason = f"{f.name} reference model: {why}" if why else f"not run: add --model {f.name}"
+        for t in f.types:
+            out.setdefault(t, reason)
+    return out
 
 
 def load_prompts(path: Path) -> tuple[Prompt, ...]:
@@ -112,27 +150,39 @@ def builtin(
     `prompts` (a prompts file's) replace the built-in ones; `server_defaults` runs every
     server without the determinism flags, into reports tagged `<model>-defaults`."""
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
+    from llamaspec.proof import coverage as cov_mod
     from llamaspec.proof.hybrid import hybrid_model
+    from llamaspec.runtime.client import server_help
 
+    help_text = server_help(artifact.server)
+    engine = str(artifact.manifest.get("engine"))
+    which = list(which) or default_models(artifact, dialect, help_text)
+    check_models(which, artifact, dialect, help_text)
     prompts = tuple(prompts) or choose_prompts(prompt_names)
     out = []
     for name in which:
+        types: tuple[str, ...] = EMBEDDED_TYPES
         if name == "embedded":
             model, sha = embedded_model(console.print), EMBEDDED_SHA256
             draft, draft_sha = model, sha
-            chosen = methods
-        else:
+        elif name == "hybrid":
             # The target is a random hybrid (recurrent + attention) model and its draft
             # another one with other weights: drafts get rejected, and every rejection
-            # restores a context checkpoint. ngram-mod drafts from the context instead.
+            # restores a context checkpoint. The n-gram types draft from the context.
             model = hybrid_model(artifact, console, seed=1)
             draft = hybrid_model(artifact, console, seed=2)
             sha, draft_sha = sha256_file(model, console), sha256_file(draft, console)
-            chosen = methods or ["draft", "ngram-mod"]
+            types = HYBRID_TYPES
+        else:
+            pair = registry.pair_for(name, engine, dialect, help_text, console.print)
+            model, draft = pair.target, pair.draft or pair.target
+            sha, draft_sha = sha256_file(model, console), sha256_file(draft, console)
+            types = registry.BY_NAME[name].types
         plan = functools.partial(
             verify.VerifyPlan,
             out_dir=reports,
-            methods=tuple(chosen) if chosen is not None else None,
+            methods=tuple(methods) if methods is not None else None,
+            types=types,
             tag=f"{name}-defaults" if server_defaults else name,
             modes=tuple(modes),
             repeat=repeat,
@@ -160,7 +210,14 @@ def builtin(
         elif "oracle" in tiers and name == "embedded":
             oracle = plan(model, tier="oracle", draft=draft)
             out.append(verify.verify(artifact, dialect, oracle, console))
-    return Outcome(tuple(out))
+    if "strict" not in tiers:
+        return Outcome(tuple(out))
+    cov = cov_mod.coverage(
+        artifact.id, engine, dialect, help_text, out, _not_run(which, engine, dialect, help_text)
+    )
+    console.print(f"verify: coverage: {cov_mod.write(cov, reports)}")
+    cov_mod.print_table(cov, console)
+    return Outcome(tuple(out), cov)
 
 
 def spec_method(argv: Sequence[str], name: str, keep: Sequence[str] = ()) -> Method:

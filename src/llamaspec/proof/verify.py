@@ -32,6 +32,7 @@ from rich.console import Console
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models.methods import (
+    EMBEDDED_TYPES,
     Method,
     choose_methods,
     determinism_args,
@@ -424,7 +425,7 @@ class VerifyPlan:
     tier: str = "strict"  # or "oracle"
     prompts: tuple[Prompt, ...] = VERIFY_PROMPTS
     methods: tuple[str, ...] | None = None  # by name; None: every method the binary offers
-    has_mtp: bool = False
+    types: tuple[str, ...] = EMBEDDED_TYPES  # the spec types the model can exercise
     tag: str = "embedded"
     draft: Path | None = None  # None: the model drafts for itself
     modes: tuple[str, ...] = ()  # sequential, parallel; (): both
@@ -447,7 +448,7 @@ def verify(artifact: Artifact, dialect: str, plan: VerifyPlan, console: Console)
     if plan.spec is not None:
         chosen: list[Method | str] = [plan.spec]
     else:
-        available = methods_for(dialect, help_text, setup.draft, plan.has_mtp)
+        available = methods_for(dialect, help_text, setup.draft, plan.types)
         chosen = choose_methods(available, plan.methods, artifact.server)
     own = plan.own
     for m in [*chosen, *([own] if own and plan.tier == "oracle" else [])]:

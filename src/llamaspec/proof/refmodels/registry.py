@@ -1,0 +1,127 @@
+"""The built-in reference models verify can serve, by name, and whether a build can run them.
+
+Each `Family` names the module that writes it, the engine whose pinned loader takes it and
+the spec types its methods exercise. `pair_for` refuses, before anything is written or
+served, a family the build cannot run (another engine, or a type its `--help` lacks).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from llamaspec.errors import LlamaspecError
+from llamaspec.models import dialects
+from llamaspec.models.methods import offered
+from llamaspec.proof.refmodels import RefPair, Say
+
+NGRAM = tuple(sorted(dialects.NGRAM_TYPES))
+
+
+@dataclass(frozen=True)
+class Family:
+    """A reference model family: `verify --model NAME`."""
+
+    name: str
+    module: str  # llamaspec.proof.refmodels.<module>
+    func: str  # its function returning the RefPair
+    engine: str
+    types: tuple[str, ...]  # what its methods exercise (models.methods.methods_for)
+    what: str  # one line for help texts and the coverage table
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family(
+        "mtp",
+        "mtp",
+        "pair",
+        "llama.cpp",
+        ("mtp",),
+        "a random-weight target with MTP (nextn) layers; its own heads draft",
+    ),
+    Family(
+        "eagle3",
+        "eagle3",
+        "pair",
+        "llama.cpp",
+        ("eagle3",),
+        "a random-weight target and an EAGLE-3 draft reading its hidden states",
+    ),
+    Family(
+        "gemma4",
+        "gemma4",
+        "pair",
+        "llama.cpp",
+        ("mtp",),
+        "a random-weight Gemma 4 target and its assistant drafter",
+    ),
+    Family(
+        "dflash",
+        "dflash",
+        "pair",
+        "llama.cpp",
+        ("dflash",),
+        "a random-weight target and a DFlash block drafter",
+    ),
+    Family(
+        "dspark",
+        "dflash",
+        "dspark_pair",
+        "llama.cpp",
+        ("dspark",),
+        "a random-weight target and a DSpark drafter",
+    ),
+    Family(
+        "glm4moe-mtp",
+        "glm4moe",
+        "pair",
+        "ik_llama.cpp",
+        ("mtp",),
+        "a random-weight GLM-4.5 (glm4moe) target with an MTP layer, for ik_llama.cpp",
+    ),
+)
+BY_NAME = {f.name: f for f in FAMILIES}
+
+
+def runnable(family: Family, engine: str, dialect: str, help_text: str) -> str | None:
+    """None when this build can serve `family`, else why not (one sentence)."""
+    if engine != family.engine:
+        return (
+            f"the {family.name} reference model is written for {family.engine}'s loader; this "
+            f"build is {engine}"
+        )
+    for t in family.types:
+        why = offered(dialect, help_text, t)
+        if why is not None:
+            return why
+    if not _available(family):
+        return f"no {family.name} reference model is shipped in this version"
+    return None
+
+
+def _available(family: Family) -> bool:
+    try:
+        module = importlib.import_module(f"llamaspec.proof.refmodels.{family.module}")
+    except ModuleNotFoundError:
+        return False
+    return hasattr(module, family.func)
+
+
+def pair_for(
+    name: str, engine: str, dialect: str, help_text: str, say: Say | None = None
+) -> RefPair:
+    """The family's files (written once into the cache), or a one-paragraph refusal."""
+    family = BY_NAME[name]
+    why = runnable(family, engine, dialect, help_text)
+    if why is not None:
+        raise LlamaspecError(
+            f"verify --model {name} ({family.what}) cannot run on this build: {why}. "
+            f"Built-in models this build can run: {', '.join(usable(engine, dialect, help_text))}."
+        )
+    module = importlib.import_module(f"llamaspec.proof.refmodels.{family.module}")
+    return getattr(module, family.func)(say=say)
+
+
+def usable(engine: str, dialect: str, help_text: str) -> list[str]:
+    """The reference families this build can serve."""
+    return [f.name for f in FAMILIES if runnable(f, engine, dialect, help_text) is None]
