@@ -108,7 +108,7 @@ def coverage(
     for name, spec in offered_types(dialect, help_text):
         method = SINGLE.get(spec or "")
         found = [
-            (r.model, m)
+            (f"{r.tag} ({r.model})", m)
             for r in reports
             if r.tier == "strict"
             for m in r.methods
