@@ -1,0 +1,90 @@
+"""verify's coverage table: every type the build offers, covered or why not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llamaspec.errors import LlamaspecError
+from llamaspec.proof import coverage
+from llamaspec.proof.refmodels import registry
+from llamaspec.proof.verify_report import Case, MethodResult, VerifyReport
+
+UPSTREAM = (
+    "--spec-type none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,draft-dspark,"
+    "ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache\n"
+    "-md, --spec-draft-model FNAME\n"
+)
+IK = (
+    "--spec-type Name [none | ngram - cache | ngram - simple | ngram - map - k | "
+    "ngram - map - k4v | ngram - mod]\n  -md, --model-draft FNAME\n"
+    "  -mtp, --multi-token-prediction  whether to use multi-token-prediction\n"
+)
+
+
+def _result(method: str, kinds: list[tuple[str, str]], drafted=10, accepted=5) -> MethodResult:
+    cases = tuple(Case("p", mode, kind) for mode, kind in kinds)
+    per_mode = {m: (drafted, accepted) for m, _ in kinds}
+    return MethodResult(method, (), cases=cases, drafted=drafted, accepted=accepted,
+                        per_mode=per_mode)  # fmt: skip
+
+
+def _report(tag: str, *methods: MethodResult) -> VerifyReport:
+    return VerifyReport("a-1", tag, "strict", f"{tag}.gguf", methods)
+
+
+def test_every_upstream_type_is_a_row_and_ik_adds_its_switches() -> None:
+    names = [n for n, _ in coverage.offered_types("upstream", UPSTREAM)]
+    assert len(names) == 10 and "none" not in names
+    assert dict(coverage.offered_types("upstream", UPSTREAM))["draft-mtp"] == "mtp"
+    ik = dict(coverage.offered_types("ik-legacy", IK))
+    assert ik["draft (-md)"] == "draft" and ik["mtp (-mtp)"] == "mtp"
+    assert {"ngram-cache", "ngram-mod", "ngram-map-k4v"} <= set(ik)
+
+
+def test_rows_say_covered_or_why_not() -> None:
+    both = [("sequential", "identical"), ("parallel", "identical")]
+    reports = [
+        _report("hybrid", _result("ngram-mod", both), _result("ngram-cache", both, 8, 0)),
+        _report("mtp", _result("mtp", [("sequential", "identical"), ("parallel", "different")])),
+        _report("emb", MethodResult("draft", (), skipped="draft-simple is not listed")),
+    ]
+    cov = coverage.coverage("a-1", "llama.cpp", "upstream", UPSTREAM, reports,
+                            {"eagle3": "not run: add --model eagle3"})  # fmt: skip
+    rows = {r.engine_type: r for r in cov.rows}
+    assert len(rows) == 10
+    assert rows["ngram-mod"].covered and rows["ngram-mod"].identical == {
+        "sequential": "1/1", "parallel": "1/1"
+    }  # fmt: skip
+    assert rows["ngram-mod"].model == "hybrid (hybrid.gguf)"
+    assert not rows["ngram-cache"].covered and "nothing accepted" in rows["ngram-cache"].why
+    assert not rows["draft-mtp"].covered and "differ" in rows["draft-mtp"].why
+    assert rows["draft-simple"].why == "draft-simple is not listed"
+    assert rows["draft-eagle3"].why == "not run: add --model eagle3"
+    assert rows["draft-dflash"].why == "no model in this run exercises it"
+    assert {r.engine_type for r in cov.uncovered} == set(rows) - {"ngram-mod"}
+
+
+def test_a_covered_type_needs_both_modes(tmp_path: Path) -> None:
+    seq_only = _report("hybrid", _result("ngram-simple", [("sequential", "identical")]))
+    cov = coverage.coverage("a-1", "llama.cpp", "upstream", UPSTREAM, [seq_only], {})
+    row = next(r for r in cov.rows if r.engine_type == "ngram-simple")
+    assert not row.covered and row.why == "ran in sequential mode only"
+    md = coverage.write(cov, tmp_path)
+    assert "| `ngram-simple` | **no** |" in md.read_text()
+    data = json.loads(md.with_suffix(".json").read_text())
+    assert data["complete"] is False and len(data["rows"]) == 10
+
+
+def test_a_family_the_build_cannot_load_is_refused_before_anything_is_written() -> None:
+    why = registry.runnable(registry.BY_NAME["eagle3"], "ik_llama.cpp", "ik-legacy", IK)
+    assert why and "llama.cpp's loader" in why
+    with pytest.raises(LlamaspecError, match="cannot run on this build") as exc:
+        registry.pair_for("eagle3", "ik_llama.cpp", "ik-legacy", IK)
+    assert "\n" not in exc.value.message
+    no_mtp = UPSTREAM.replace("draft-mtp,", "")
+    assert "draft-mtp is not in this binary" in str(
+        registry.runnable(registry.BY_NAME["mtp"], "llama.cpp", "upstream", no_mtp)
+    )
