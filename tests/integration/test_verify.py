@@ -37,19 +37,53 @@ def test_strict_tier_on_the_embedded_reference_copy(upstream_artifact, tmp_path)
     )
 
 
-def test_strict_tier_on_the_hybrid_model_through_the_checkpoint_path(
-    upstream_artifact, tmp_path
-) -> None:
-    proc = verify_cli(upstream_artifact, tmp_path, "--model", "hybrid", "--tier", "strict")
+# The reference models of every type but the embedded pair's, and the methods CI runs on them
+# (draft+ngram-mod, which only stacks two covered types, is left to full runs).
+REFERENCE_MODELS = ("hybrid", "mtp", "eagle3", "gemma4", "dflash", "dspark")
+COVERED = {
+    "draft-simple": "hybrid",
+    "ngram-simple": "hybrid",
+    "ngram-map-k": "hybrid",
+    "ngram-map-k4v": "hybrid",
+    "ngram-mod": "hybrid",
+    "draft-mtp": "mtp",
+    "draft-eagle3": "eagle3",
+    "draft-dflash": "dflash",
+    "draft-dspark": "dspark",
+}
+
+
+def test_strict_tier_covers_every_type_the_build_offers(upstream_artifact, tmp_path) -> None:
+    """One strict run over the random-weight reference models: every type the build's --help
+    offers is a row of the coverage table, covered (drafts accepted, every output identical,
+    sequential and on parallel slots) or named with why not. The hybrid target takes the
+    draft and n-gram types through the checkpoint path (its draft has other weights: mostly
+    rejected, so every rejection restores a checkpoint)."""
+    methods = ["draft", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+               "ngram-cache", "mtp", "eagle3", "dflash", "dspark"]  # fmt: skip
+    argv = ["--tier", "strict", "--prompt", "short", "--prompt", "code", "--prompt", "rewrite"]
+    for m in REFERENCE_MODELS:
+        argv += ["--model", m]
+    for m in methods:
+        argv += ["--method", m]
+    proc = verify_cli(upstream_artifact, tmp_path, *argv)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rep = _report(tmp_path, upstream_artifact, "hybrid")
-    by_name = {m["method"]: m for m in rep["methods"]}
-    assert rep["passed"] and set(by_name) == {"draft", "ngram-mod"}
-    assert by_name["ngram-mod"]["accepted"] > 0
-    # a draft with other weights is mostly rejected: each rejection restores a checkpoint
+    hybrid = _report(tmp_path, upstream_artifact, "hybrid")
+    by_name = {m["method"]: m for m in hybrid["methods"]}
     assert by_name["draft"]["drafted"] > by_name["draft"]["accepted"]
-    for m in by_name.values():
-        assert m["failed"] == 0 and m["identical"] == 2 * 5
+    cov = json.loads((tmp_path / f"verify-{upstream_artifact.id}-coverage.json").read_text())
+    rows = {r["engine_type"]: r for r in cov["rows"]}
+    assert len(rows) == 10, rows  # every upstream type at the pin, none left out
+    for name, model in COVERED.items():
+        row = rows[name]
+        assert row["covered"] and row["model"].startswith(model), row
+        assert row["accepted"] > 0 and row["identical"] == {
+            "sequential": "3/3", "parallel": "3/3"
+        }, row  # fmt: skip
+    for row in rows.values():
+        assert row["covered"] or row["why"], row  # never skipped silently
+    md = (tmp_path / f"verify-{upstream_artifact.id}-coverage.md").read_text()
+    assert "| `draft-mtp` | yes |" in md
 
 
 def test_oracle_tier_for_a_recipe_on_the_quantized_model(upstream_artifact, tmp_path) -> None:

@@ -24,7 +24,7 @@ from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import catalog as models
 from llamaspec.models import compat, dialects, recipes
-from llamaspec.models.methods import EMBEDDED_TYPES, Method
+from llamaspec.models.methods import EMBEDDED_TYPES, KNOWN, Method
 from llamaspec.paths import project_root
 from llamaspec.proof import verify
 from llamaspec.proof.coverage import Coverage
@@ -96,6 +96,33 @@ def check_models(which: Sequence[str], artifact: Artifact, dialect: str, help_te
             )
 
 
+def _methods_of(
+    methods: Sequence[str] | None, types: Sequence[str], several: bool
+) -> tuple[str, ...] | None:
+    """The methods named (None: all) that a model exercising `types` runs. With several
+    models each runs those it can; a method none of them runs is refused by check_methods."""
+    if methods is None:
+        return None
+    if not several:
+        return tuple(methods)
+    needs = {name: set(t) for name, t, _ in KNOWN}
+    return tuple(m for m in methods if m == "plain" or needs.get(m, {m}) <= set(types))
+
+
+def check_methods(methods: Sequence[str] | None, which: Sequence[str]) -> None:
+    """Each method named runs on at least one of the models named."""
+    kinds = {"embedded": EMBEDDED_TYPES, "hybrid": HYBRID_TYPES}
+    types = {t for n in which for t in kinds.get(n) or registry.BY_NAME[n].types}
+    needs = {name: set(t) for name, t, _ in KNOWN}
+    idle = [m for m in methods or () if m != "plain" and not needs.get(m, {m}) <= types]
+    if idle:
+        raise LlamaspecError(
+            f"Method(s) {', '.join(idle)} run on none of the models named "
+            f"({', '.join(which)}); each model runs the methods of its spec types "
+            f"({', '.join(sorted(types))}). Add a model that has them, or drop the method."
+        )
+
+
 def _not_run(which: Sequence[str], engine: str, dialect: str, help_text: str) -> dict[str, str]:
     """Why each type of a reference family this run did not serve is not covered."""
     out: dict[str, str] = {}
@@ -158,6 +185,7 @@ def builtin(
     engine = str(artifact.manifest.get("engine"))
     which = list(which) or default_models(artifact, dialect, help_text)
     check_models(which, artifact, dialect, help_text)
+    check_methods(methods, which)
     prompts = tuple(prompts) or choose_prompts(prompt_names)
     out = []
     for name in which:
@@ -178,10 +206,14 @@ def builtin(
             model, draft = pair.target, pair.draft or pair.target
             sha, draft_sha = sha256_file(model, console), sha256_file(draft, console)
             types = registry.BY_NAME[name].types
+        mine = _methods_of(methods, types, len(which) > 1)
+        if mine == ():
+            console.print(f"verify: {name}: none of the methods named runs on it; skipped")
+            continue
         plan = functools.partial(
             verify.VerifyPlan,
             out_dir=reports,
-            methods=tuple(methods) if methods is not None else None,
+            methods=mine,
             types=types,
             tag=f"{name}-defaults" if server_defaults else name,
             modes=tuple(modes),
