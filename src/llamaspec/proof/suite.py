@@ -126,6 +126,8 @@ def check_methods(methods: Sequence[str] | None, which: Sequence[str]) -> None:
 def _not_run(which: Sequence[str], engine: str, dialect: str, help_text: str) -> dict[str, str]:
     """Why each type of a reference family this run did not serve is not covered."""
     out: dict[str, str] = {}
+    if not {"embedded", "hybrid"} & set(which):
+        out = {t: "not run: add --model embedded or --model hybrid" for t in EMBEDDED_TYPES}
     for f in registry.FAMILIES:
         if f.name in which:
             continue
