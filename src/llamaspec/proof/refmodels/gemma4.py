@@ -31,6 +31,7 @@ the seed. The vocabulary is the character-level one of `hybrid_gguf`.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from llamaspec.proof.hybrid_gguf import vocabulary
@@ -88,9 +89,10 @@ def pair(seed: int = 1, say: Say | None = None) -> RefPair:
     )
 
 
+@functools.lru_cache(maxsize=2)
 def _arrays(seed: int) -> dict[str, dict]:
     """Every tensor of both files, from one generator (the assistant's head is derived from
-    the target's)."""
+    the target's); cached, so writing the pair draws them once. Read-only to callers."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -118,10 +120,10 @@ def _arrays(seed: int) -> dict[str, dict]:
     # printable tokens only (no control or byte tokens: generation never stops early)
     normal = [i for i, t in enumerate(types) if t == 1]
     prefer = np.zeros((n_vocab, n_vocab))  # prefer[j, i]: how much j follows i
-    for i in range(n_vocab):
-        first, second = rng.choice(normal, size=2, replace=False)
-        prefer[first, i] = 1.0
-        prefer[second, i] = rng.uniform(*SECOND_BEST)
+    picks = np.array(normal)[rng.random((n_vocab, len(normal))).argsort(axis=1)[:, :2]]
+    rows = np.arange(n_vocab)
+    prefer[picks[:, 0], rows] = 1.0
+    prefer[picks[:, 1], rows] = rng.uniform(*SECOND_BEST, size=n_vocab)
     out_norm = norm(N_EMBD)
     # logits_j(token i) = output[j] . (out_norm * x_i) ~ LOGIT_SCALE * prefer[j, i] (+ crosstalk)
     output = (LOGIT_SCALE * prefer @ x / N_EMBD) / out_norm
