@@ -26,7 +26,7 @@ reads the target embedding through U^T (the hidden-state half only a little), it
 post-norm gains are smaller still, and its tied head is the target's head seen through U
 (scaled for the RMS norm's width), so it predicts the target's bigram choice: most drafts are
 accepted, the context-dependent flips are not. Weights are drawn from numpy's PCG64 with
-the seed. The vocabulary is the character-level one of `hybrid_gguf`.
+the seed. The vocabulary is character level (printable ASCII), as `hybrid_gguf`'s.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from llamaspec.proof.hybrid_gguf import vocabulary
 from llamaspec.proof.refmodels import RefPair, Say, cached
 
 VERSION = 1  # bump when the layout or the weights change: the cache directory follows it
@@ -63,6 +62,20 @@ LOGIT_SCALE = 12.0  # the bigram's preferred successor scores about this
 SECOND_BEST = (0.55, 0.98)  # the runner-up successor's score, as a fraction of the first's
 
 TARGET_FILE, DRAFT_FILE = "gemma4-target.gguf", "gemma4-assistant.gguf"
+
+# SentencePiece token types (llama.cpp's llama_token_type)
+NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
+
+
+def vocabulary() -> tuple[list[str], list[int]]:
+    """Character level: <unk> <s> </s>, newline and tab as byte tokens, `▁` for space,
+    printable ASCII (the same vocabulary as `hybrid_gguf`'s)."""
+    tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0x09>", "\u2581"]
+    types = [UNKNOWN, CONTROL, CONTROL, BYTE, BYTE, NORMAL]
+    for code in range(0x21, 0x7F):
+        tokens.append(chr(code))
+        types.append(NORMAL)
+    return tokens, types
 
 
 def pair(seed: int = 1, say: Say | None = None) -> RefPair:
@@ -118,7 +131,7 @@ def _arrays(seed: int) -> dict[str, dict]:
 
     # bigram table: a first and a close second successor for each token, among the
     # printable tokens only (no control or byte tokens: generation never stops early)
-    normal = [i for i, t in enumerate(types) if t == 1]
+    normal = [i for i, t in enumerate(types) if t == NORMAL]
     prefer = np.zeros((n_vocab, n_vocab))  # prefer[j, i]: how much j follows i
     picks = np.array(normal)[rng.random((n_vocab, len(normal))).argsort(axis=1)[:, :2]]
     rows = np.arange(n_vocab)
