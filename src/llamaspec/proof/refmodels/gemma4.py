@@ -14,7 +14,9 @@ projections and no input embedding of its own: it embeds the last token with the
 (queries only, attending the target's cache), and reads logits through its own `token_embd`
 (tied output head); `nextn.post_projection` maps its state back to the target width for the
 next draft step. The type is not inferred from the file (no `blk.N.nextn.eh_proj`), so
-`--spec-type draft-mtp` must be given.
+`--spec-type draft-mtp` must be given; under draft-simple the assistant's first decode fails
+(its cache mirrors the target's cells), and draft-mtp on the target alone is refused (the
+gemma4 loader reads no nextn layers).
 
 How acceptance is made non-trivial: the target is nearly a bigram model. Its token embeddings
 lie in a subspace as wide as the assistant (an orthonormal basis U), every residual branch
@@ -41,7 +43,7 @@ FAMILY = "gemma4"
 
 # target: 4 layers, sliding-window attention on all but the last (which must be full: the
 # assistant's full layers share its cache, and its sliding ones share layer n-2's)
-N_EMBD, N_LAYER, N_FF = 128, 4, 256
+N_EMBD, N_FF = 128, 256
 N_HEAD, N_HEAD_KV = 4, 2
 HEAD_DIM, HEAD_DIM_SWA = 64, 32  # full-attention and sliding-window head sizes (as Gemma 4)
 SWA_PATTERN = (True, True, True, False)
