@@ -86,9 +86,10 @@ def offered(dialect: str, help_text: str, spec_type: str) -> str | None:
 
 
 def methods_for(
-    dialect: str, help_text: str, draft: Path, types: Sequence[str] = EMBEDDED_TYPES
+    dialect: str, help_text: str, draft: Path | None, types: Sequence[str] = EMBEDDED_TYPES
 ) -> list[Method | str]:
-    """The methods a model that exercises `types` runs on this binary; a method the binary
+    """The methods a model that exercises `types` runs on this binary (`draft`: the draft
+    model file, None for a target that drafts with its own heads); a method the binary
     cannot run comes back as a reason string ("name: why")."""
     out: list[Method | str] = []
     for name, needs, settings in KNOWN:
@@ -108,7 +109,7 @@ def methods_for(
 
 
 def render_method(
-    dialect: str, help_text: str, types: Sequence[str], settings: dict, draft: Path
+    dialect: str, help_text: str, types: Sequence[str], settings: dict, draft: Path | None
 ) -> list[str]:
     """`types` with `settings` in `dialect`; ngram-mod with shorter matches where the
     binary accepts the flags that set them."""

@@ -205,8 +205,9 @@ def builtin(
             types = HYBRID_TYPES
         else:
             pair = registry.pair_for(name, engine, dialect, help_text, console.print)
-            model, draft = pair.target, pair.draft or pair.target
-            sha, draft_sha = sha256_file(model, console), sha256_file(draft, console)
+            model, draft = pair.target, pair.draft  # None: the target's own heads draft
+            sha = sha256_file(model, console)
+            draft_sha = sha256_file(draft, console) if draft else None
             types = registry.BY_NAME[name].types
         mine = _methods_of(methods, types, len(which) > 1)
         if mine == ():

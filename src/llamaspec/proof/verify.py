@@ -427,7 +427,7 @@ class VerifyPlan:
     methods: tuple[str, ...] | None = None  # by name; None: every method the binary offers
     types: tuple[str, ...] = EMBEDDED_TYPES  # the spec types the model can exercise
     tag: str = "embedded"
-    draft: Path | None = None  # None: the model drafts for itself
+    draft: Path | None = None  # None: no draft file (the target's own heads, or n-grams)
     modes: tuple[str, ...] = ()  # sequential, parallel; (): both
     spec: Method | None = None
     reference_sha256: str | None = None
@@ -448,7 +448,7 @@ def verify(artifact: Artifact, dialect: str, plan: VerifyPlan, console: Console)
     if plan.spec is not None:
         chosen: list[Method | str] = [plan.spec]
     else:
-        available = methods_for(dialect, help_text, setup.draft, plan.types)
+        available = methods_for(dialect, help_text, plan.draft, plan.types)
         chosen = choose_methods(available, plan.methods, artifact.server)
     own = plan.own
     for m in [*chosen, *([own] if own and plan.tier == "oracle" else [])]:
