@@ -49,6 +49,7 @@ def test_draft_has_the_keys_and_tensors_the_eagle3_loader_reads() -> None:
     p = e3.pair(1)
     kv, shapes = fields(p.draft)
     tkv, _ = fields(p.target)
+    types = {t.name: t.tensor_type.name for t in GGUFReader(str(p.draft)).tensors}
     assert kv["general.architecture"] == "eagle3"
     assert kv["eagle3.target_layers"] == list(e3.TARGET_LAYERS)
     assert len(kv["eagle3.target_layers"]) == 3
@@ -59,17 +60,24 @@ def test_draft_has_the_keys_and_tensors_the_eagle3_loader_reads() -> None:
     assert kv["eagle3.embedding_length"] == e3.N_EMBD  # == target's: it reads its token_embd
     assert kv["tokenizer.ggml.tokens"] == tkv["tokenizer.ggml.tokens"]
     n_vocab = len(kv["tokenizer.ggml.tokens"])
-    assert "token_embd.weight" not in shapes and "d2t" not in shapes
+    assert "token_embd.weight" not in shapes  # the engine takes the target's
     assert shapes["fc.weight"] == [3 * e3.N_EMBD, e3.N_EMBD]
-    assert shapes["output.weight"] == [e3.N_EMBD, n_vocab]
+    n_draft = n_vocab - e3.N_SPECIAL
+    assert shapes["output.weight"] == [e3.N_EMBD, n_draft] and shapes["d2t"] == [n_draft]
+    assert types["d2t"] == "I64" and types["output.weight"] == "F32"
     assert shapes["blk.0.attn_q.weight"] == [2 * e3.N_EMBD, e3.N_EMBD]
     assert shapes["blk.0.attn_norm_2.weight"] == [e3.N_EMBD]
     assert not [n for n in shapes if n.startswith("blk.1.")]
 
 
-def test_draft_head_is_the_targets_head() -> None:
+def test_draft_head_is_the_targets_head_through_d2t() -> None:
     w = e3.weights(1)
-    assert (w["draft"]["output.weight"] == w["target"]["output.weight"]).all()
+    d2t = w["draft"]["d2t"]
+    n_vocab = w["target"]["output.weight"].shape[0]
+    # absolute target ids, each once, none of <unk> <s> </s>, not in order
+    assert sorted(d2t.tolist()) == list(range(e3.N_SPECIAL, n_vocab))
+    assert d2t.tolist() != sorted(d2t.tolist())
+    assert (w["draft"]["output.weight"] == w["target"]["output.weight"][d2t]).all()
     assert (w["draft"]["output_norm.weight"] == w["target"]["output_norm.weight"]).all()
 
 

@@ -11,8 +11,12 @@ gain, so greedy choices are clear. llama.cpp's llama graph records each layer's 
 Draft (arch `eagle3`, read by `src/models/eagle3.cpp`; hparams keys from
 `src/llama-arch.cpp`: `eagle3.target_layers` (3 layer ids), `eagle3.target_hidden_size`,
 `eagle3.norm_before_residual`): one decoder layer. It has no `token_embd` (the engine
-takes the target's through the draft context's `ctx_other`), and its own `output.weight`
-and `output_norm`, copies of the target's. The decoder at position P reads the pair
+takes the target's through the draft context's `ctx_other`), its own `output_norm` (a copy
+of the target's) and a reduced draft vocabulary as real EAGLE-3 drafts have: `output.weight`
+holds the target head's rows for every token but the first N_SPECIAL (<unk> <s> </s>), in a
+random order, and the I64 tensor `d2t` maps each draft row to its target token id (absolute
+ids, as the pinned converter writes them); the engine scatters the draft logits into the
+target vocabulary with it (other tokens get -inf). The decoder at position P reads the pair
 (token[P+1], g[P]); g is `fc` applied to the target's three extracted hidden states (and,
 while drafting, the draft's own pre-norm output of the step before). With
 `norm_before_residual` the residual carries rmsnorm(g) times a small `attn_norm_2`, so g
@@ -41,6 +45,7 @@ TARGET_LAYERS = (1, 2, 3)  # inputs of these target layers feed the draft's fc
 TARGET_GAIN = 0.2  # target: attn_output / ffn_down gain (0: an exact bigram model)
 HEAD_GAIN = 3.0  # output head: logits a few units apart
 DRAFT_FF = 128
+N_SPECIAL = 3  # draft vocabulary: every token but <unk> <s> </s> (mapped back by d2t)
 ROPE_DIMS = 4  # draft: rotated dims per head; q/k are zero there
 QK_SCALE = 3.0  # draft: q = k = QK_SCALE * normed embedding (content match)
 G_MIX = 0.15  # draft: attn_norm_2, the weight of rmsnorm(g) in the residual
@@ -117,10 +122,12 @@ def weights(seed: int) -> dict[str, dict]:
         rows = np.arange(h * HEAD_DIM + ROPE_DIMS, (h + 1) * HEAD_DIM)
         qk[rows, rows] = QK_SCALE  # head h matches on its own unrotated dims
     v = np.concatenate([eye, np.zeros_like(eye)], axis=1)
+    d2t = (N_SPECIAL + rng.permutation(n_vocab - N_SPECIAL)).astype(np.int64)
     draft: dict = {
         "fc.weight": dense(N_EMBD, len(TARGET_LAYERS) * N_EMBD),
         "output_norm.weight": target["output_norm.weight"].copy(),
-        "output.weight": target["output.weight"].copy(),
+        "output.weight": target["output.weight"][d2t].copy(),
+        "d2t": d2t,
         "blk.0.attn_norm.weight": np.ones(N_EMBD, dtype=np.float32),
         "blk.0.attn_norm_2.weight": norm(N_EMBD, G_MIX),
         "blk.0.attn_q.weight": qk + dense(N_EMBD, 2 * N_EMBD, NOISE),
@@ -187,10 +194,11 @@ HOW = (
     "branches have gain {tg}, so it is nearly a bigram model with a clear output head. "
     "Draft: an eagle3 file (src/models/eagle3.cpp) with target_layers {tl}, "
     "target_hidden_size {e}, norm_before_residual, no token_embd (the target's is used), "
-    "and copies of the target's output head and norm; its one decoder layer attends by "
-    "content match on the normed token embedding (rotated dims zeroed) and copies it "
-    "into the residual, while the fc/g path enters at weight {g}, so it predicts the "
-    "target's bigram choice most of the time but not always."
+    "the target's output norm, and an output head of the target's rows for every token "
+    "but <unk> <s> </s>, shuffled, with an I64 d2t tensor mapping them back. Its one "
+    "decoder layer attends by content match on the normed token embedding (rotated dims "
+    "zeroed) and copies it into the residual, while the fc/g path enters at weight {g}: "
+    "it predicts the target's bigram choice most of the time but not always."
 )
 
 
