@@ -380,9 +380,7 @@ def _spec(
 ) -> list[str]:
     types = spec.types
     f = d.flags
-    # an MTP drafter in a file of its own (Gemma 4's assistant) rides on draft-mtp with -md
-    own_mtp_file = "mtp" in types and draft is not None and d.type_names.get("mtp") == "draft-mtp"
-    uses_model = any(t in MODEL_TYPES for t in types) or own_mtp_file
+    uses_model = any(t in MODEL_TYPES for t in types)
     if uses_model and draft is None:
         raise LlamaspecError(
             f"{subject} drafts with a draft model "

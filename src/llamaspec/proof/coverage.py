@@ -57,7 +57,7 @@ def offered_types(dialect: str, help_text: str) -> list[tuple[str, str | None]]:
     inverse = {v: k for k, v in d.type_names.items()}
     listed = sorted(spec_type_choices(help_text) or ())
     out = [(name, inverse.get(name)) for name in listed if name != "none"]
-    if "-md" in help_flags(help_text):
+    if d.flags.get("draft_model") in help_flags(help_text):
         out += [(f"{t} (-md)", t) for t in sorted(d.by_model)]
     out += [(f"{t} ({s})", t) for t, s in sorted(d.switches.items()) if s in help_flags(help_text)]
     return out
