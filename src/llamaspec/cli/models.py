@@ -169,9 +169,8 @@ def cmd_models_check(args: argparse.Namespace, console: Console) -> None:
             console.print(f"{args.pair}: spec {pair.spec!r} uses no draft model; nothing to check")
             return
     elif args.target_file and args.draft_file:
-        verdict = compat.check(
-            compat.read_local(args.target_file), compat.read_local(args.draft_file)
-        )
+        draft = compat.read_local(args.draft_file)
+        verdict = compat.check(compat.read_local(args.target_file), draft, compat.draft_kind(draft))
     else:
         raise LlamaspecError(
             "models check needs a PAIR from models.yaml, or both --target-file and --draft-file."

@@ -97,14 +97,16 @@ def check_pair(
     if pair.spec == "mtp":
         model = models.models[pair.target]
         info = tokenizer(model, console, locked.get(pair.target), target_file)
-        if not info.has_mtp:
+        if not info.mtp_ready:
             where = where_of(model, target_file)
             raise LlamaspecError(
                 f"Pair {name!r} speculates with the target's own MTP heads, but {where} has "
-                "none: no tensor named *nextn* and no nextn_predict_layers in its header, so the "
-                "engine would refuse --spec-type mtp. Nothing was downloaded. Use a GGUF "
-                "converted with its MTP layers kept (e.g. a repo with -MTP- in its name), or "
-                "a recipe with a draft model or n-grams."
+                "none: no tensor named *nextn* (blk.N.nextn.*) together with "
+                f"nextn_predict_layers > 0 in its header ({info.mtp_summary()}), so the "
+                "engine would refuse --spec-type mtp. Nothing was downloaded. Plain "
+                "conversions of MTP models often leave the heads out (llama.cpp issue "
+                "#28196). Use a GGUF converted with its MTP layers kept (e.g. a repo with "
+                "-MTP- in its name), or a recipe with a draft model or n-grams."
             )
         console.print(
             f"model: {where_of(model, target_file)} carries MTP heads "
@@ -115,7 +117,8 @@ def check_pair(
         return None
     target = tokenizer(models.models[pair.target], console, locked.get(pair.target), target_file)
     draft = tokenizer(models.models[pair.draft], console, locked.get(pair.draft), draft_file)
-    return compat.check(target, draft)
+    # an EAGLE-3 head or a Gemma 4 assistant is also judged against the target's shape
+    return compat.check(target, draft, compat.draft_kind(draft))
 
 
 def where_of(model: ModelFile, local: Path | None = None) -> str:
