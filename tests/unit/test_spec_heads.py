@@ -301,3 +301,62 @@ def test_the_new_pairs_are_in_the_catalog_with_recipes_and_quoted_figures() -> N
             if handle:  # no invented SHAs: the revision is resolved and locked on first pull
                 assert models.models[handle].revision is None
     assert isinstance(models, ModelsFile)
+
+
+# --- through the local hub server: range reads only, nothing downloaded -------------------------
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch):
+    from hubserver import Hub
+
+    with Hub() as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        yield server
+
+
+def test_remote_heads_are_judged_from_range_reads(
+    tmp_path: Path, hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`models check` of an MTP pair whose file lacks the tensors, and of an EAGLE-3 pair made
+    for another target, reads the headers by range requests and downloads nothing."""
+    from rich.console import Console
+
+    from llamaspec.models import catalog
+
+    monkeypatch.setenv("LLAMASPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LLAMASPEC_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    hub.add("org/q-GGUF", "q.gguf", _qwen(tmp_path / "q.gguf", nextn=False))
+    hub.add("org/q-MTP-GGUF", "q.gguf", _qwen(tmp_path / "qm.gguf"))
+    hub.add("org/t-GGUF", "t.gguf", _target(tmp_path / "t.gguf", width=4096, blocks=32))
+    hub.add("org/e-GGUF", "e.gguf", _eagle3(tmp_path / "e.gguf", hidden=5120))
+    model = {"tokenizer": "x", "license": "x"}
+    models = config.ModelsFile.model_validate(
+        {
+            "models": {
+                "plain": {"repo": "org/q-GGUF", "file": "q.gguf", "mtp": True, **model},
+                "heads": {"repo": "org/q-MTP-GGUF", "file": "q.gguf", "mtp": True, **model},
+                "t": {"repo": "org/t-GGUF", "file": "t.gguf", **model},
+                "e": {"repo": "org/e-GGUF", "file": "e.gguf", **model},
+            },
+            "pairs": {
+                "plain-mtp": {"target": "plain", "spec": "mtp"},
+                "heads-mtp": {"target": "heads", "spec": "mtp"},
+                "t-eagle3": {"target": "t", "draft": "e"},
+            },
+        }
+    )
+    console = Console(width=200)
+    with pytest.raises(LlamaspecError, match="Nothing was downloaded") as err:
+        catalog.check_pair(models, "plain-mtp", tmp_path, console)
+    assert "org/q-GGUF/q.gguf has none" in err.value.message
+    assert catalog.check_pair(models, "heads-mtp", tmp_path, console) is None
+    verdict = catalog.check_pair(models, "t-eagle3", tmp_path, console)
+    assert verdict is not None and [r.name for r in verdict.failed] == ["eagle3 hidden size"]
+    assert "5120 vs target embedding_length 4096" in verdict.failed[0].detail
+    gets = hub.content_gets()
+    assert gets and all(g.range and g.range.startswith("bytes=0-") for g in gets)
+    assert not list((tmp_path / "hf").rglob("*.gguf"))  # nothing in the cache
