@@ -14,6 +14,7 @@ engine then uses its own defaults for the file's vocab type, and so does `check`
 
 from __future__ import annotations
 
+import math
 import mmap
 import re
 import struct
@@ -38,12 +39,8 @@ MTP_LAYERS_SUFFIX = ".nextn_predict_layers"
 # the per-block MTP tensors (src/llama-arch.cpp: `blk.%d.nextn.eh_proj`, `.embed_tokens`,
 # `.enorm`, `.hnorm`, `.shared_head_head`, `.shared_head_norm`)
 NEXTN_TENSOR = re.compile(r"^blk\.(\d+)\.nextn\.")
-# draft-model architectures that draft from the target's hidden states, not from tokens
-EAGLE3_ARCH = "eagle3"
-ASSISTANT_ARCH = "gemma4-assistant"
-# `<arch>.…` keys those drafts are judged by (src/models/eagle3.cpp, gemma4-assistant.cpp)
+# `<arch>.…` keys EAGLE-3 heads and Gemma 4 assistants are judged by (models/heads.py)
 HEAD_KEYS = ("target_layers", "target_hidden_size", "embedding_length_out")
-EAGLE3_LAYERS = 3  # the engine's eagle3 encoder reads exactly three target layers
 # `<arch>.…` keys that size the KV cache (a memory estimate reads them)
 SHAPE_KEYS = (
     "block_count",
@@ -154,31 +151,6 @@ class TokenizerInfo:
     def has_mtp(self) -> bool:
         """Whether the file carries multi-token-prediction (NextN) heads."""
         return (self.mtp_layers or 0) > 0 or self.nextn_tensors > 0
-
-    @property
-    def mtp_ready(self) -> bool:
-        """Whether the engine can run `draft-mtp` on the file's own heads: the header says
-        `<arch>.nextn_predict_layers` > 0 and blocks carry `blk.N.nextn.*` tensors (the
-        loader needs both; plain conversions of MTP models often drop the tensors)."""
-        return (self.mtp_layers or 0) > 0 and bool(self.nextn_blocks)
-
-    def mtp_summary(self) -> str:
-        """The header's MTP evidence, in words."""
-        blocks = ", ".join(map(str, self.nextn_blocks)) or "none"
-        layers = "absent" if self.mtp_layers is None else self.mtp_layers
-        return (
-            f"{self.arch}.nextn_predict_layers = {layers}, "
-            f"{self.nextn_tensors} nextn tensors, blk.N.nextn.* in block(s) {blocks}"
-        )
-
-    @property
-    def embd(self) -> int | None:
-        return self.dim("embedding_length")
-
-    @property
-    def width_out(self) -> int | None:
-        """The engine's `n_embd_out`: `embedding_length_out` where set, else the width."""
-        return self.embd_out or self.embd
 
 
 class _Truncated(Exception):
@@ -296,12 +268,8 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
             n_dims = int(cur.take("I"))  # type: ignore[call-overload]
             if n_dims > 16:
                 raise ValueError(f"tensor {tensor!r} claims {n_dims} dimensions")
-            elements = 1
-            dims = []
-            for _ in range(n_dims):
-                dims.append(int(cur.take("Q")))  # type: ignore[call-overload]
-                elements *= dims[-1]
-            params += elements
+            dims = [int(cur.take("Q")) for _ in range(n_dims)]  # type: ignore[call-overload]
+            params += math.prod(dims)
             cur.take("I")
             cur.take("Q")
             nextn += "nextn" in tensor
@@ -598,86 +566,7 @@ def check(target: TokenizerInfo, draft: TokenizerInfo, kind: str = "draft") -> V
             Rule("head vocab", nd >= nt, f"{kind} head vocab {nd} vs target {nt} (needs ≥)")
         )
     rules.append(_token_texts(target, draft))
-    if draft.arch == EAGLE3_ARCH:
-        rules += eagle3_rules(target, draft)
-    elif draft.arch == ASSISTANT_ARCH:
-        rules += assistant_rules(target, draft)
     return Verdict(target.name, draft.name, tuple(rules))
-
-
-def eagle3_rules(target: TokenizerInfo, draft: TokenizerInfo) -> list[Rule]:
-    """What an EAGLE-3 head needs of its target, as the engine reads them
-    (src/models/eagle3.cpp and the draft-eagle3 implementation in common/speculative.cpp):
-    exactly three extract layers (`eagle3.target_layers`), none past the target's last
-    block, and a fused input width (`eagle3.target_hidden_size`) equal to the target's
-    hidden size; a `d2t` map must not point past the target's vocab."""
-    layers, n_layer = draft.target_layers, target.dim("block_count")
-    rules = [
-        Rule(
-            "eagle3 layers",
-            len(layers) == EAGLE3_LAYERS
-            and (n_layer is None or all(0 <= x <= n_layer for x in layers)),
-            f"eagle3.target_layers {list(layers) or 'absent'} "
-            + (f"vs target block_count {n_layer}" if n_layer is not None else "")
-            + f" (needs {EAGLE3_LAYERS} layer ids, each ≤ the target's block count)",
-        ),
-        Rule(
-            "eagle3 hidden size",
-            draft.target_hidden is not None and draft.target_hidden == target.embd,
-            f"eagle3.target_hidden_size {draft.target_hidden} vs target embedding_length "
-            f"{target.embd}: the head was trained on a "
-            + ("model of this width" if draft.target_hidden == target.embd else "different model"),
-        ),
-    ]
-    if draft.d2t is not None:
-        rules.append(
-            Rule(
-                "eagle3 d2t",
-                draft.d2t <= target.n_vocab,
-                f"d2t maps {draft.d2t} draft tokens into the target's {target.n_vocab}",
-            )
-        )
-    return rules
-
-
-def assistant_rules(target: TokenizerInfo, draft: TokenizerInfo) -> list[Rule]:
-    """What a Gemma 4 assistant drafter needs of its target (src/models/gemma4-assistant.cpp,
-    the draft-mtp implementation in common/speculative.cpp and the shared KV cache in
-    src/llama-model.cpp): a Gemma 4 target (it reads the target's last KV layers) whose
-    output width equals the assistant's `embedding_length_out`."""
-    return [
-        Rule(
-            "assistant target arch",
-            target.arch == "gemma4",
-            f"target architecture {target.arch!r} (a gemma4-assistant drafts for 'gemma4')",
-        ),
-        Rule(
-            "assistant width",
-            draft.embd_out is not None and draft.embd_out == target.width_out,
-            f"gemma4-assistant.embedding_length_out {draft.embd_out} vs the target's hidden "
-            f"size {target.width_out} (the engine needs them equal)",
-        ),
-    ]
-
-
-def draft_kind(draft: TokenizerInfo) -> str:
-    """The spec type a draft file is for, from its architecture: `eagle3` for an EAGLE-3
-    head, `assistant` (upstream's draft-mtp with a draft model) for a Gemma 4 assistant,
-    else `draft` (a small model of the same family)."""
-    return {EAGLE3_ARCH: "eagle3", ASSISTANT_ARCH: "assistant"}.get(draft.arch, "draft")
-
-
-def mtp_heads_refusal(info: TokenizerInfo, subject: str, where: str) -> str | None:
-    """Why `draft-mtp` on the target's own heads cannot run on this file, or None."""
-    if info.mtp_ready:
-        return None
-    return (
-        f"{subject} speculates with the target's own MTP heads, but {where} has none the "
-        f"engine can load ({info.mtp_summary()}; it needs nextn_predict_layers > 0 and "
-        "blk.N.nextn.* tensors). Plain conversions of MTP models often leave them out "
-        "(llama.cpp issue #28196). Use a GGUF converted with its MTP layers kept (a repo "
-        "with -MTP- in its name), or a recipe with a draft model or n-grams."
-    )
 
 
 def _token_texts(target: TokenizerInfo, draft: TokenizerInfo) -> Rule:
@@ -704,12 +593,6 @@ def explain(verdict: Verdict) -> str:
     if verdict.ok:
         return f"{verdict.draft} is compatible with {verdict.target} as a draft."
     failed = "; ".join(f"{r.name}: {r.detail}" for r in verdict.failed)
-    if any(r.name.startswith(("eagle3", "assistant")) for r in verdict.failed):
-        return (
-            f"{verdict.draft} cannot draft for {verdict.target}: it was made for another "
-            f"target ({failed}). An EAGLE-3 head or a Gemma 4 assistant only works with the "
-            "model it was trained on; pick the draft published for this target."
-        )
     return (
         f"{verdict.draft} cannot draft for {verdict.target}: the engine refuses the pair "
         f"({failed}). Pick a draft from the same tokenizer family (see `llamaspec models list`)."

@@ -195,7 +195,6 @@ DIALECTS: Mapping[str, Dialect] = {
             stacks=True,
             params_in_type=True,
             checkpoints=False,
-            mtp_archs=IK_MTP_ARCHS,
             rpc_device="RPC{index}[{endpoint}]",
             builtin_template=("--chat-template",),
             later="upstream llama.cpp (dialect 'upstream') offers eagle3, assistant, dflash, "

@@ -29,7 +29,7 @@ from rich.table import Table
 from llamaspec import config
 from llamaspec.config import ModelFile, ModelsFile, Recipe
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import compat, hub
+from llamaspec.models import compat, heads, hub
 from llamaspec.models.recipes import load_all
 from llamaspec.paths import project_root
 
@@ -348,7 +348,7 @@ def find(
         except LlamaspecError as exc:
             candidates.append(Candidate(source, quants, error=str(exc)))
             continue
-        verdict = compat.check(info, cinfo, compat.draft_kind(cinfo))
+        verdict = heads.check(info, cinfo)
         candidates.append(
             Candidate(source, quants, cinfo, verdict, recipes=used_by(catalog, recipes, source))
         )
@@ -389,7 +389,7 @@ def verdict_text(c: Candidate) -> str:
     if c.verdict is None:
         return f"unreadable: {c.error}"
     if c.ok:
-        kind = compat.draft_kind(c.info) if c.info else "draft"
+        kind = heads.draft_kind(c.info) if c.info else "draft"
         return "compatible" if kind == "draft" else f"compatible (spec type {kind})"
     first = c.verdict.failed[0]
     return f"refused: {first.name} ({first.detail})"
@@ -476,12 +476,12 @@ def no_draft_advice(found: Found, catalog: ModelsFile, recipes: dict[str, Recipe
 
 def mtp_line(info: compat.TokenizerInfo) -> str:
     """Whether the target can draft with its own MTP heads (spec type mtp, no draft file)."""
-    if info.mtp_ready:
+    if heads.mtp_ready(info):
         return (
-            f"target: carries MTP heads ({info.mtp_summary()}): spec type mtp drafts without "
+            f"target: carries MTP heads ({heads.mtp_summary(info)}): spec type mtp drafts without "
             "a draft file."
         )
-    return f"target: no MTP heads the engine can load ({info.mtp_summary()})."
+    return f"target: no MTP heads the engine can load ({heads.mtp_summary(info)})."
 
 
 def find_and_show(

@@ -17,7 +17,7 @@ from llamaspec import config
 from llamaspec.config import ModelsFile, Recipe
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
-from llamaspec.models import compat, dialects
+from llamaspec.models import compat, dialects, heads
 from llamaspec.paths import project_root
 
 # The spellings, the check against a binary's --help and the command type live in the
@@ -115,7 +115,7 @@ def header_refusal(
     target_path = Path(target)
     if "mtp" in types and target_path.is_file():
         info = compat.read_local_split(target_path)
-        why = compat.mtp_heads_refusal(info, subject, str(target_path))
+        why = heads.mtp_heads_refusal(info, subject, str(target_path))
         if why:
             return why
         if d.mtp_archs is not None and info.arch not in d.mtp_archs:
@@ -128,9 +128,9 @@ def header_refusal(
             )
     if draft is None or not Path(draft).is_file():
         return None
-    kind = compat.draft_kind(compat.read_local(Path(draft)))
-    made_for = {"eagle3": "an EAGLE-3 head", "assistant": "a Gemma 4 assistant drafter"}
-    if kind in made_for and kind not in types:
+    kind = heads.draft_kind(compat.read_local(Path(draft)))
+    made_for = heads.MADE_FOR
+    if kind in made_for and kind not in types and any(t in dialects.MODEL_TYPES for t in types):
         return (
             f"{subject} asks for spec type(s) {', '.join(types)}, but its draft "
             f"{Path(draft).name} is {made_for[kind]}, which only spec type {kind} can run. "
