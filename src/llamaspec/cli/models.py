@@ -156,7 +156,7 @@ def cmd_models_pull(args: argparse.Namespace, console: Console) -> None:
 def cmd_models_check(args: argparse.Namespace, console: Console) -> None:
     from llamaspec import config
     from llamaspec.models import catalog as models
-    from llamaspec.models import compat
+    from llamaspec.models import heads
 
     root = project_root()
     catalog = config.load_models(root)
@@ -169,17 +169,15 @@ def cmd_models_check(args: argparse.Namespace, console: Console) -> None:
             console.print(f"{args.pair}: spec {pair.spec!r} uses no draft model; nothing to check")
             return
     elif args.target_file and args.draft_file:
-        verdict = compat.check(
-            compat.read_local(args.target_file), compat.read_local(args.draft_file)
-        )
+        verdict = models.check_files(args.target_file, args.draft_file)
     else:
         raise LlamaspecError(
             "models check needs a PAIR from models.yaml, or both --target-file and --draft-file."
         )
     models.render_verdict(verdict, console)
     if not verdict.ok:
-        raise LlamaspecError(compat.explain(verdict))
-    console.print(compat.explain(verdict))
+        raise LlamaspecError(heads.explain(verdict))
+    console.print(heads.explain(verdict))
 
 
 def _warn(console: Console):

@@ -22,6 +22,7 @@ SpecType = Literal[
     "draft",
     "mtp",
     "eagle3",
+    "assistant",
     "dflash",
     "dspark",
     "ngram-simple",
@@ -54,6 +55,11 @@ class SpecSettings(Frozen):
             raise ValueError("draft_n_min is larger than draft_n_max")
         if len(set(self.types)) != len(self.types):
             raise ValueError("a spec type is listed twice")
+        if {"mtp", "assistant"} <= set(self.types):
+            raise ValueError(
+                "mtp (the target's own heads) and assistant (an MTP drafter file) are one "
+                "engine method (draft-mtp); keep one"
+            )
         return self
 
 

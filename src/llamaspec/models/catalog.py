@@ -13,7 +13,7 @@ from rich.table import Table
 from llamaspec import lock as lockfile
 from llamaspec.config import ModelFile, ModelsFile, Pair
 from llamaspec.errors import LlamaspecError, choose
-from llamaspec.models import compat, hub
+from llamaspec.models import compat, heads, hub
 from llamaspec.models.embedded import embedded_model
 from llamaspec.paths import writable_dir
 
@@ -97,14 +97,16 @@ def check_pair(
     if pair.spec == "mtp":
         model = models.models[pair.target]
         info = tokenizer(model, console, locked.get(pair.target), target_file)
-        if not info.has_mtp:
+        if not heads.mtp_ready(info):
             where = where_of(model, target_file)
             raise LlamaspecError(
                 f"Pair {name!r} speculates with the target's own MTP heads, but {where} has "
-                "none: no tensor named *nextn* and no nextn_predict_layers in its header, so the "
-                "engine would refuse --spec-type mtp. Nothing was downloaded. Use a GGUF "
-                "converted with its MTP layers kept (e.g. a repo with -MTP- in its name), or "
-                "a recipe with a draft model or n-grams."
+                "none: no tensor named *nextn* (blk.N.nextn.*) together with "
+                f"nextn_predict_layers > 0 in its header ({heads.mtp_summary(info)}), so the "
+                "engine would refuse --spec-type mtp. Nothing was downloaded. Plain "
+                "conversions of MTP models often leave the heads out (llama.cpp issue "
+                "#28196). Use a GGUF converted with its MTP layers kept (e.g. a repo with "
+                "-MTP- in its name), or a recipe with a draft model or n-grams."
             )
         console.print(
             f"model: {where_of(model, target_file)} carries MTP heads "
@@ -115,7 +117,13 @@ def check_pair(
         return None
     target = tokenizer(models.models[pair.target], console, locked.get(pair.target), target_file)
     draft = tokenizer(models.models[pair.draft], console, locked.get(pair.draft), draft_file)
-    return compat.check(target, draft)
+    # an EAGLE-3 head or a Gemma 4 assistant is also judged against the target's shape
+    return heads.check(target, draft)
+
+
+def check_files(target: Path, draft: Path) -> compat.Verdict:
+    """`models check --target-file T --draft-file D`: two local files, by the same rules."""
+    return heads.check(compat.read_local(target), compat.read_local(draft))
 
 
 def where_of(model: ModelFile, local: Path | None = None) -> str:
@@ -169,7 +177,7 @@ def pull(
     if verdict is not None:
         render_verdict(verdict, console)
         if not verdict.ok:
-            raise LlamaspecError(compat.explain(verdict) + " Nothing was downloaded.")
+            raise LlamaspecError(heads.explain(verdict) + " Nothing was downloaded.")
     lock = lockfile.load(root)
     paths: dict[str, Path | None] = {"target": None, "draft": None}
     for role in ("target", "draft"):

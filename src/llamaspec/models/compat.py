@@ -14,6 +14,7 @@ engine then uses its own defaults for the file's vocab type, and so does `check`
 
 from __future__ import annotations
 
+import math
 import mmap
 import re
 import struct
@@ -35,6 +36,11 @@ MAX_HEADER = 256 << 20  # no header is read past this many bytes
 # a part of a split GGUF, as llama.cpp's gguf-split names them
 SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
 MTP_LAYERS_SUFFIX = ".nextn_predict_layers"
+# the per-block MTP tensors (src/llama-arch.cpp: `blk.%d.nextn.eh_proj`, `.embed_tokens`,
+# `.enorm`, `.hnorm`, `.shared_head_head`, `.shared_head_norm`)
+NEXTN_TENSOR = re.compile(r"^blk\.(\d+)\.nextn\.")
+# `<arch>.…` keys EAGLE-3 heads and Gemma 4 assistants are judged by (models/heads.py)
+HEAD_KEYS = ("target_layers", "target_hidden_size", "embedding_length_out")
 # `<arch>.…` keys that size the KV cache (a memory estimate reads them)
 SHAPE_KEYS = (
     "block_count",
@@ -126,6 +132,11 @@ class TokenizerInfo:
     shape: tuple[tuple[str, int], ...] = ()  # `<arch>.block_count`, head counts, lengths
     pre: str | None = None  # `tokenizer.ggml.pre`, the BPE pre-tokenizer
     split_count: int = 1  # `split.count`: the parts of a split GGUF (params counts them all)
+    nextn_blocks: tuple[int, ...] = ()  # blocks with `blk.N.nextn.*` tensors
+    target_layers: tuple[int, ...] = ()  # eagle3: `<arch>.target_layers` (extract layers)
+    target_hidden: int | None = None  # eagle3: `<arch>.target_hidden_size`
+    embd_out: int | None = None  # `<arch>.embedding_length_out` (assistant: the target's width)
+    d2t: int | None = None  # eagle3: entries of its `d2t` tensor (draft → target vocab map)
 
     def dim(self, key: str) -> int | None:
         """`<arch>.<key>` (e.g. `block_count`, `attention.head_count_kv`), where the header
@@ -246,21 +257,26 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
                 key in _WANTED
                 or str(key).endswith(MTP_LAYERS_SUFFIX)
                 or str(key).partition(".")[2] in SHAPE_KEYS
+                or str(key).partition(".")[2] in HEAD_KEYS
             )
             kv[key] = cur.value(vtype, keep)  # type: ignore[index]
         nextn = params = 0
+        blocks: set[int] = set()
+        d2t: int | None = None
         for _ in range(n_tensors):  # tensor infos: name, n_dims, dims, type, offset
             tensor = cur.string() or ""
             n_dims = int(cur.take("I"))  # type: ignore[call-overload]
             if n_dims > 16:
                 raise ValueError(f"tensor {tensor!r} claims {n_dims} dimensions")
-            elements = 1
-            for _ in range(n_dims):
-                elements *= int(cur.take("Q"))  # type: ignore[call-overload]
-            params += elements
+            dims = [int(cur.take("Q")) for _ in range(n_dims)]  # type: ignore[call-overload]
+            params += math.prod(dims)
             cur.take("I")
             cur.take("Q")
             nextn += "nextn" in tensor
+            if m := NEXTN_TENSOR.match(tensor):
+                blocks.add(int(m[1]))
+            if tensor == "d2t" and dims:
+                d2t = dims[0]
     except (ValueError, UnicodeDecodeError) as exc:
         raise LlamaspecError(f"{name} has a corrupt GGUF header: {exc}.") from None
     layers = [v for k, v in kv.items() if k.endswith(MTP_LAYERS_SUFFIX) and v is not None]
@@ -287,6 +303,11 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
         shape=shape,  # type: ignore[arg-type]
         pre=_str(kv.get(Keys.Tokenizer.PRE)),
         split_count=max(_int(kv.get(Keys.Split.LLM_KV_SPLIT_COUNT)) or 1, 1),
+        nextn_blocks=tuple(sorted(blocks)),
+        target_layers=tuple(int(x) for x in (kv.get(f"{arch}.target_layers") or ())),  # type: ignore[attr-defined]
+        target_hidden=_int(kv.get(f"{arch}.target_hidden_size")),
+        embd_out=_int(kv.get(f"{arch}.embedding_length_out")),
+        d2t=d2t,
     )
 
 
@@ -382,6 +403,7 @@ def read_split(
         info,
         params=info.params + sum(r.params for r in rest),
         nextn_tensors=info.nextn_tensors + sum(r.nextn_tensors for r in rest),
+        nextn_blocks=tuple(sorted({b for r in (info, *rest) for b in r.nextn_blocks})),
     )
 
 

@@ -34,11 +34,15 @@ from llamaspec.models.server_help import (
 Method = Literal["draft", "ngram-simple", "ngram-map-k", "ngram-mod", "mtp"]
 
 # Spec types that read a separate draft model file (EAGLE-3 heads, DFlash and DSpark
-# drafters ship as one).
-MODEL_TYPES = frozenset({"draft", "eagle3", "dflash", "dspark"})
+# drafters ship as one; `assistant`: an MTP drafter in a file of its own, e.g. Gemma 4's,
+# which upstream runs as draft-mtp with --spec-draft-model).
+MODEL_TYPES = frozenset({"draft", "eagle3", "dflash", "dspark", "assistant"})
 # Spec types that draft token runs of a configurable length (draft n_max/n_min/p_min).
 DRAFTING_TYPES = MODEL_TYPES | {"mtp"}
 NGRAM_TYPES = frozenset(t for t in config.SPEC_TYPES if t.startswith("ngram-"))
+# The architectures whose MTP heads ik_llama.cpp loads at its default pin 55d3c05 (GLM-4.5
+# and its kin: src/llama-hparams.cpp reads nextn_predict_layers for these alone).
+IK_MTP_ARCHS = frozenset({"glm4moe", "bailingmoe2", "glm-dsa"})
 
 # Server settings are spelled the same by every dialect.
 SERVER_FLAGS: Mapping[str, str] = {
@@ -78,6 +82,9 @@ class Dialect:
     # Flags the engine parses although its --help never lists them (read from its source).
     unlisted: frozenset[str] = frozenset()
     later: str = ""  # what offers more, for refusals
+    # architectures whose own MTP heads the engine loads (None: any with nextn tensors);
+    # ik_llama.cpp at 55d3c05 reads nextn_predict_layers for these alone (llama-hparams.cpp)
+    mtp_archs: frozenset[str] | None = None
     # The name the engine gives the device of the i-th `--rpc` server (one device each),
     # read from its ggml-rpc source: upstream at b11312 says `RPC0`, ik `RPC0[host:port]`.
     rpc_device: str = "RPC{index}"
@@ -114,6 +121,7 @@ DIALECTS: Mapping[str, Dialect] = {
                 "draft": "draft-simple",
                 "eagle3": "draft-eagle3",
                 "mtp": "draft-mtp",
+                "assistant": "draft-mtp",
                 "dflash": "draft-dflash",
                 "dspark": "draft-dspark",
                 **{t: t for t in sorted(NGRAM_TYPES)},
@@ -161,6 +169,7 @@ DIALECTS: Mapping[str, Dialect] = {
                 "ngram_mod_n_min": "--draft-min",
             },
             checkpoints=False,
+            mtp_archs=IK_MTP_ARCHS,
             unlisted=frozenset({"-ot", "--override-tensor"}),
             rpc_device="RPC{index}[{endpoint}]",
             builtin_template=("--chat-template",),
@@ -188,8 +197,8 @@ DIALECTS: Mapping[str, Dialect] = {
             checkpoints=False,
             rpc_device="RPC{index}[{endpoint}]",
             builtin_template=("--chat-template",),
-            later="upstream llama.cpp (dialect 'upstream') offers eagle3, dflash, dspark, "
-            "ngram-map-k4v and ngram-cache",
+            later="upstream llama.cpp (dialect 'upstream') offers eagle3, assistant, dflash, "
+            "dspark, ngram-map-k4v and ngram-cache",
         ),
     )
 }

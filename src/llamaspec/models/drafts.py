@@ -29,7 +29,7 @@ from rich.table import Table
 from llamaspec import config
 from llamaspec.config import ModelFile, ModelsFile, Recipe
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import compat, hub
+from llamaspec.models import compat, heads, hub
 from llamaspec.models.recipes import load_all
 from llamaspec.paths import project_root
 
@@ -348,7 +348,7 @@ def find(
         except LlamaspecError as exc:
             candidates.append(Candidate(source, quants, error=str(exc)))
             continue
-        verdict = compat.check(info, cinfo)
+        verdict = heads.check(info, cinfo)
         candidates.append(
             Candidate(source, quants, cinfo, verdict, recipes=used_by(catalog, recipes, source))
         )
@@ -389,7 +389,8 @@ def verdict_text(c: Candidate) -> str:
     if c.verdict is None:
         return f"unreadable: {c.error}"
     if c.ok:
-        return "compatible"
+        kind = heads.draft_kind(c.info) if c.info else "draft"
+        return "compatible" if kind == "draft" else f"compatible (spec type {kind})"
     first = c.verdict.failed[0]
     return f"refused: {first.name} ({first.detail})"
 
@@ -473,6 +474,16 @@ def no_draft_advice(found: Found, catalog: ModelsFile, recipes: dict[str, Recipe
     return text
 
 
+def mtp_line(info: compat.TokenizerInfo) -> str:
+    """Whether the target can draft with its own MTP heads (spec type mtp, no draft file)."""
+    if heads.mtp_ready(info):
+        return (
+            f"target: carries MTP heads ({heads.mtp_summary(info)}): spec type mtp drafts without "
+            "a draft file."
+        )
+    return f"target: no MTP heads the engine can load ({heads.mtp_summary(info)})."
+
+
 def find_and_show(
     target: str,
     console: Console,
@@ -496,6 +507,7 @@ def find_and_show(
         say=lambda m: console.print(m, style="dim"),
     )
     console.print(table(found))
+    console.print(escape(mtp_line(found.info)))
     for s in found.skipped:
         console.print(escape(f"skipped: {s}"), style="dim")
     compatible = [c for c in found.candidates if c.ok]

@@ -17,7 +17,7 @@ from llamaspec import config
 from llamaspec.config import ModelsFile, Recipe
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
-from llamaspec.models import dialects
+from llamaspec.models import compat, dialects, heads
 from llamaspec.paths import project_root
 
 # The spellings, the check against a binary's --help and the command type live in the
@@ -79,6 +79,8 @@ def render(
         raise LlamaspecError(why)
     if draft is None and any(t in dialects.MODEL_TYPES for t in recipe.spec.types):
         raise LlamaspecError(_no_draft(base, recipe, engine, d, where))
+    if why := header_refusal(recipe.spec.types, d, target, draft, subject, where):
+        raise LlamaspecError(why)
     offload = dialects.can_offload(backend, variants, recipe.server.rpc)
     rendered = dialects.render(
         dialect,
@@ -95,6 +97,53 @@ def render(
         where=where,
     )
     return ServerCommand(rendered.argv, dialect, rendered.notes)
+
+
+def header_refusal(
+    types: Sequence[str],
+    d: dialects.Dialect,
+    target: Path | str,
+    draft: Path | str | None,
+    subject: str,
+    where: str,
+) -> str | None:
+    """What the GGUF headers say against this run, where the files are on disk (a path that
+    is not, e.g. a placeholder or a container path, is not read): `mtp` needs the target's
+    own heads (and, on ik_llama.cpp, an architecture it loads them for); a draft file made
+    for EAGLE-3 or as a Gemma 4 assistant needs that spec type, and those types need such
+    a file."""
+    target_path = Path(target)
+    if "mtp" in types and target_path.is_file():
+        info = compat.read_local_split(target_path)
+        why = heads.mtp_heads_refusal(info, subject, str(target_path))
+        if why:
+            return why
+        if d.mtp_archs is not None and info.arch not in d.mtp_archs:
+            return (
+                f"{subject} speculates with the target's own MTP heads, but {where} (dialect "
+                f"{d.name!r}: {d.pins}) does not offer MTP for architecture {info.arch!r} of "
+                f"{target_path.name}; it loads MTP heads for {', '.join(sorted(d.mtp_archs))} "
+                "only. What would work: upstream llama.cpp (dialect 'upstream', spec type "
+                "draft-mtp); or a recipe with a draft model or n-grams."
+            )
+    if draft is None or not Path(draft).is_file():
+        return None
+    kind = heads.draft_kind(compat.read_local(Path(draft)))
+    made_for = heads.MADE_FOR
+    if kind in made_for and kind not in types and any(t in dialects.MODEL_TYPES for t in types):
+        return (
+            f"{subject} asks for spec type(s) {', '.join(types)}, but its draft "
+            f"{Path(draft).name} is {made_for[kind]}, which only spec type {kind} can run. "
+            f"Use a recipe with `types: [{kind}]`, or a draft model of the target's family."
+        )
+    wanted = [t for t in types if t in made_for and t != kind]
+    if wanted:
+        return (
+            f"{subject} asks for spec type {wanted[0]}, but its draft {Path(draft).name} is not "
+            f"{made_for[wanted[0]]} (its header's architecture says otherwise). Use the draft "
+            f"published for this target as {made_for[wanted[0]]}."
+        )
+    return None
 
 
 def _no_draft(base: Recipe, recipe: Recipe, engine: str, d: dialects.Dialect, where: str) -> str:

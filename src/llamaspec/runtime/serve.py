@@ -139,6 +139,31 @@ def render(
     return cmd, artifact
 
 
+def _refuse_before_download(
+    opts: RenderOptions, recipe: config.Recipe, artifact: Artifact, root: Path
+) -> None:
+    """A spec type the build's dialect lacks (mtp on an old pin, eagle3 on ik_llama.cpp)
+    is refused before the pair is downloaded, where the dialect is known without probing:
+    `--dialect`, or the engine's default pin as engines.yaml records it."""
+    from llamaspec import config
+    from llamaspec.models import dialects
+
+    engine = artifact.manifest["engine"]
+    recorded = config.load_engines(root).get(engine)
+    dialect = opts.dialect
+    if dialect is None and recorded is not None and artifact.manifest.get("commit") == recorded.pin:
+        dialect = recorded.dialect
+    if dialect is None:
+        return  # a pin engines.yaml does not record: its --help decides, at render time
+    pin = artifact.manifest.get("commit")
+    where = f"{engine} at {pin[:7]}" if pin else engine
+    mine = recipe.for_engine(engine)
+    d = dialects.find_dialect(dialect)
+    why = dialects.refusal(d, mine.spec.types, f"Recipe {recipe.name!r}", where, mine.server)
+    if why:
+        raise LlamaspecError(why + " Nothing was downloaded.")
+
+
 def serve(name: str, opts: RenderOptions, console: Console, root: Path | None = None) -> NoReturn:
     """Check the build and the recipe's RPC hosts, then download and check its pair, render
     it for the artifact (default: the newest in `dist`) and become the server (foreground)."""
@@ -165,6 +190,7 @@ def serve(name: str, opts: RenderOptions, console: Console, root: Path | None = 
             raise LlamaspecError(no_rpc_build(f"Recipe {recipe.name!r}", rpc_hosts))
         for host, version in rpc.check_hosts(artifact, rpc_hosts).items():
             console.print(f"serve: rpc host {host} answers, protocol {'.'.join(map(str, version))}")
+    _refuse_before_download(opts, recipe, artifact, root)
     files = models.pull(catalog, recipe.pair, root, console)
     cmd, _ = render(opts, recipe, files.target, files.draft, console)
     console.print(f"serve: {cmd.shell()}")
