@@ -38,9 +38,9 @@ def _report(tag: str, *methods: MethodResult) -> VerifyReport:
 def test_every_upstream_type_is_a_row_and_ik_adds_its_switches() -> None:
     names = [n for n, _ in coverage.offered_types("upstream", UPSTREAM)]
     assert len(names) == 10 and "none" not in names
-    assert dict(coverage.offered_types("upstream", UPSTREAM))["draft-mtp"] == "mtp"
+    assert dict(coverage.offered_types("upstream", UPSTREAM))["draft-mtp"] == ("assistant", "mtp")
     ik = dict(coverage.offered_types("ik-legacy", IK))
-    assert ik["draft (-md)"] == "draft" and ik["mtp (-mtp)"] == "mtp"
+    assert ik["draft (-md)"] == ("draft",) and ik["mtp (-mtp)"] == ("mtp",)
     assert {"ngram-cache", "ngram-mod", "ngram-map-k4v"} <= set(ik)
 
 

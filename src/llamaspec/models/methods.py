@@ -62,6 +62,7 @@ KNOWN: tuple[tuple[str, tuple[str, ...], dict], ...] = (
     *((name, (name,), {}) for name in sorted(dialects.NGRAM_TYPES)),
     ("draft+ngram-mod", ("draft", "ngram-mod"), {"draft_n_max": 8, "draft_p_min": 0.0}),
     ("mtp", ("mtp",), {"draft_n_max": 3, "draft_p_min": 0.0}),
+    ("assistant", ("assistant",), {"draft_n_max": 3, "draft_p_min": 0.0}),
     ("eagle3", ("eagle3",), {"draft_n_max": 8, "draft_p_min": 0.0}),
     ("dflash", ("dflash",), {"draft_n_max": 8, "draft_p_min": 0.0}),
     ("dspark", ("dspark",), {"draft_n_max": 8, "draft_p_min": 0.0}),

@@ -30,7 +30,7 @@ class Row:
     """One type the build offers: covered, by which model and method, or why not."""
 
     engine_type: str  # as the build names it (`draft-mtp`, `ngram-cache`, `mtp (-mtp)`)
-    spec_type: str | None  # llamaspec's name; None: a type llamaspec does not know
+    spec_type: str | None  # llamaspec's name(s), `|`-joined; None: a type llamaspec lacks
     covered: bool
     model: str = ""
     method: str = ""
@@ -51,15 +51,21 @@ class Coverage:
         return [r for r in self.rows if not r.covered]
 
 
-def offered_types(dialect: str, help_text: str) -> list[tuple[str, str | None]]:
-    """(the build's name, llamaspec's name) for each type the build offers."""
+def offered_types(dialect: str, help_text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(the build's name, llamaspec's names for it) for each type the build offers (upstream's
+    draft-mtp is llamaspec's `mtp` with the target's heads and `assistant` with a file)."""
     d = dialects.DIALECTS[dialect]
-    inverse = {v: k for k, v in d.type_names.items()}
+    inverse: dict[str, tuple[str, ...]] = {}
+    for ours, theirs in sorted(d.type_names.items()):
+        inverse[theirs] = (*inverse.get(theirs, ()), ours)
     listed = sorted(spec_type_choices(help_text) or ())
-    out = [(name, inverse.get(name)) for name in listed if name != "none"]
-    if d.flags.get("draft_model") in help_flags(help_text):
-        out += [(f"{t} (-md)", t) for t in sorted(d.by_model)]
-    out += [(f"{t} ({s})", t) for t, s in sorted(d.switches.items()) if s in help_flags(help_text)]
+    out = [(name, inverse.get(name, ())) for name in listed if name != "none"]
+    flag = d.flags.get("draft_model")
+    if flag in help_flags(help_text):
+        out += [(f"{t} ({flag})", (t,)) for t in sorted(d.by_model)]
+    out += [
+        (f"{t} ({s})", (t,)) for t, s in sorted(d.switches.items()) if s in help_flags(help_text)
+    ]
     return out
 
 
@@ -67,7 +73,7 @@ SINGLE = {types[0]: name for name, types, _ in KNOWN if len(types) == 1}
 
 
 def _row(name: str, spec: str | None, found: list[tuple[str, MethodResult]]) -> Row:
-    """The row for one offered type from the strict results of its single-type method."""
+    """The row for one offered type from the strict results of its single-type methods."""
     if spec is None:
         return Row(name, None, False, why="llamaspec does not know this type yet")
     ran = [(model, m) for model, m in found if m.skipped is None]
@@ -105,18 +111,20 @@ def coverage(
     """Rows for every offered type from the strict `reports`; `not_run`: why a type's
     reference model did not run (llamaspec type → reason), for types no report has."""
     rows = []
-    for name, spec in offered_types(dialect, help_text):
-        method = SINGLE.get(spec or "")
+    for name, specs in offered_types(dialect, help_text):
+        methods = {SINGLE[s] for s in specs if s in SINGLE}
         found = [
             (f"{r.tag} ({r.model})", m)
             for r in reports
             if r.tier == "strict"
             for m in r.methods
-            if m.method == method and m.flags == "determinism"
+            if m.method in methods and m.flags == "determinism"
         ]
+        spec = "|".join(specs) or None
         row = _row(name, spec, found)
-        if not found and spec in not_run:
-            row = Row(name, spec, False, why=not_run[spec])
+        why = [not_run[s] for s in specs if s in not_run]
+        if not found and why:
+            row = Row(name, spec, False, why="; ".join(why))
         rows.append(row)
     return Coverage(artifact_id, engine, tuple(rows))
 
