@@ -25,6 +25,12 @@ embedding half, a faint copy of the hidden-state half), its own attention and ex
 carry tiny gains, and its head (`embed_tokens`, `shared_head_head`) copies the target's
 embedding and output matrices. A draft token is accepted where the target follows f, and
 rejected where its context tipped the choice: partial acceptance and rollback both run.
+
+Seen at the default pins (seed 1, 4 prompts of 64 tokens, greedy, `-fa off`, one draft
+token): ik `-mtp` accepts 107 of 143 drafts and upstream `--spec-type draft-mtp` 106 of 144,
+one request at a time both match the plain server (ik up to its catalogued short output:
+a strict prefix, 63 of 64 characters, on 2 prompts); on 4 parallel slots upstream still
+matches while ik's output departs from the plain one on some prompts (an ik defect).
 """
 
 from __future__ import annotations
