@@ -46,7 +46,7 @@ COVERED = {
     "ngram-map-k": "hybrid",
     "ngram-map-k4v": "hybrid",
     "ngram-mod": "hybrid",
-    "draft-mtp": "mtp",
+    "draft-mtp": ("mtp", "gemma4"),  # the target's own MTP heads, or Gemma 4's assistant
     "draft-eagle3": "eagle3",
     "draft-dflash": "dflash",
     "draft-dspark": "dspark",
@@ -60,7 +60,7 @@ def test_strict_tier_covers_every_type_the_build_offers(upstream_artifact, tmp_p
     draft and n-gram types through the checkpoint path (its draft has other weights: mostly
     rejected, so every rejection restores a checkpoint)."""
     methods = ["draft", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
-               "ngram-cache", "mtp", "eagle3", "dflash", "dspark"]  # fmt: skip
+               "ngram-cache", "mtp", "assistant", "eagle3", "dflash", "dspark"]  # fmt: skip
     argv = ["--tier", "strict", "--prompt", "short", "--prompt", "code", "--prompt", "rewrite"]
     for m in REFERENCE_MODELS:
         argv += ["--model", m]
@@ -76,7 +76,7 @@ def test_strict_tier_covers_every_type_the_build_offers(upstream_artifact, tmp_p
     assert len(rows) == 10, rows  # every upstream type at the pin, none left out
     for name, model in COVERED.items():
         row = rows[name]
-        assert row["covered"] and row["model"].startswith(model), row
+        assert row["covered"] and row["model"].startswith(model), row  # str.startswith: a tuple too
         assert row["accepted"] > 0 and row["identical"] == {
             "sequential": "3/3", "parallel": "3/3"
         }, row  # fmt: skip

@@ -25,7 +25,7 @@ class Family:
     name: str
     module: str  # llamaspec.proof.refmodels.<module>
     func: str  # its function returning the RefPair
-    engine: str
+    engines: tuple[str, ...]  # the engines whose pinned loaders take it
     types: tuple[str, ...]  # what its methods exercise (models.methods.methods_for)
     what: str  # one line for help texts and the coverage table
 
@@ -85,10 +85,10 @@ BY_NAME = {f.name: f for f in FAMILIES}
 
 def runnable(family: Family, engine: str, dialect: str, help_text: str) -> str | None:
     """None when this build can serve `family`, else why not (one sentence)."""
-    if engine != family.engine:
+    if engine not in family.engines:
         return (
-            f"the {family.name} reference model is written for {family.engine}'s loader; this "
-            f"build is {engine}"
+            f"the {family.name} reference model is written for {' and '.join(family.engines)}'s "
+            f"loader; this build is {engine}"
         )
     for t in family.types:
         why = offered(dialect, help_text, t)
