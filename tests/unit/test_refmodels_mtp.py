@@ -85,3 +85,40 @@ def test_q4_k_needs_the_pinned_llama_quantize(tmp_path) -> None:
         mtp.quantized(mtp.pair(1), "Q4_K_M", quantize_bin=tmp_path / "absent")
     with pytest.raises(LlamaspecError, match="Q8_0"):
         mtp.quantized(mtp.pair(1), "Q5_1")
+
+
+def test_first_difference_counts_a_length_difference() -> None:
+    assert mtp.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert mtp.first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert mtp.first_difference([1, 2], [1, 2, 3]) == 2
+
+
+def test_the_study_table_names_each_divergence() -> None:
+    mode = {"requests": 8, "identical_to_plain": 7, "drafted": 10, "accepted": 4}
+    diff = {
+        "mode": "parallel",
+        "prompt": "The quick brown fox",
+        "n_predict": 64,
+        "index": 17,
+        "plain_token": 40,
+        "plain_piece": "N",
+        "spec_token": 41,
+        "spec_piece": "O",
+        "logprob_plain_token": -0.01,
+        "logprob_spec_token": -4.6,
+    }
+    result = {
+        "models": {
+            "Q4_K_M": {
+                "file": "m.gguf",
+                "bytes": 1,
+                "modes": {"parallel": {**mode, "acceptance": 0.4}},
+                "divergences": [diff],
+            }
+        }
+    }
+    md = mtp.study_markdown(result)
+    assert "| Q4_K_M | `m.gguf` (1) | parallel | 7 / 8 | 10 | 4 | 40.0% |" in md
+    assert "| 17 | 40 'N' | 41 'O' | -0.01 | -4.6 |" in md
+    result["models"]["Q4_K_M"]["divergences"] = []
+    assert "No divergence" in mtp.study_markdown(result)
