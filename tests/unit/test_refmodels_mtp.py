@@ -122,3 +122,13 @@ def test_the_study_table_names_each_divergence() -> None:
     assert "| 17 | 40 'N' | 41 'O' | -0.01 | -4.6 |" in md
     result["models"]["Q4_K_M"]["divergences"] = []
     assert "No divergence" in mtp.study_markdown(result)
+
+
+def test_the_quantized_near_tie_is_catalogued_for_the_default_upstream_pin() -> None:
+    from llamaspec.proof.defects import defects_for
+
+    manifest = {"engine": "llama.cpp", "commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f"}
+    found = defects_for(manifest, "quantized-divergence")
+    assert [d.id for d in found] == ["quantized-spec-near-tie"]
+    assert found[0].targets == "quantized" and "25618" in found[0].issue
+    assert defects_for(manifest, "short-output") == []  # verify's excuse is unchanged

@@ -463,12 +463,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("out", type=Path, help="the JSON report to write")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--copies", default="F32,Q8_0,Q4_K_M", help="which copies, in order")
     a = ap.parse_args(argv)
     ref = pair(a.seed, say=print)
     models = {
-        "F32": ref.target,
-        "Q8_0": quantized(ref, "Q8_0", say=print),
-        "Q4_K_M": quantized(ref, "Q4_K_M", a.quantize, say=print),
+        c: ref.target if c == "F32" else quantized(ref, c, a.quantize, say=print)
+        for c in a.copies.split(",")
     }
     work = a.out.with_suffix(".logs")
     work.mkdir(parents=True, exist_ok=True)
