@@ -7,11 +7,11 @@ absent (no experts), it uses a plain KV cache (no sliding window, no recurrent s
 `graph_mtp` runs the NextN block as a draft head (`LLM_GRAPH_TYPE_DECODER_MTP`). The
 `glm4` and `exaone4` loaders also read `nextn_predict_layers` but skip those tensors
 (`TENSOR_SKIP`) and have no MTP graph; the other MTP archs need experts, MLA, a sliding
-window or recurrent layers. `src/llama-model.cpp` reads `hy_v3.nextn_predict_layers` (the
-last block is the NextN one) and gives the MTP context (`LLAMA_CONTEXT_TYPE_MTP`, made in
-`common/common.cpp` when draft-mtp is on) a KV cache that holds only that layer;
-`common/speculative.cpp` (`common_speculative_impl_draft_mtp`) feeds the target's
-post-norm hidden state `h_p` with the next token to the head.
+window, recurrent layers or (gemma4) an assistant file. `src/llama-model.cpp` reads
+`hy_v3.nextn_predict_layers` (the last block is the NextN one) and gives the MTP context
+(`LLAMA_CONTEXT_TYPE_MTP`, made in `common/common.cpp` when draft-mtp is on) a KV cache
+that holds only that layer; `common/speculative.cpp` (`common_speculative_impl_draft_mtp`)
+feeds the target's post-norm hidden state `h_p` with the next token to the head.
 
 How acceptance is made non-trivial: the target is nearly a bigram model. Its residual
 branches (attention output, FFN down projection) have small gains, so the stream is
@@ -20,11 +20,14 @@ token mostly from the current one; attention adds a little context. The MTP head
 nearly the same function of its input token: `eh_proj` passes the normed token embedding
 through (identity) and mixes in the normed hidden state with a small random matrix, its
 block's branches are small too, and it shares the target's output norm and head. Drafts
-then agree with the target often but not always, so both acceptance and rollback run.
+then agree with the target often but not always, so both acceptance and rollback run
+(measured at the pin, 16 requests: 51% of drafts accepted on F32, outputs identical). The
+head's rows for <unk> <s> </s> are zero, so greedy outputs never stop early.
 
 Weights are F32 from numpy's PCG64 with a fixed seed; the vocabulary is character level
 (printable ASCII, SentencePiece-style `llama` tokenizer). `quantized()` writes Q8_0 (the
-`gguf` package's numpy quantizer) or Q4_K_M (the pinned `llama-quantize`) copies.
+`gguf` package's numpy quantizer) or Q4_K_M (the pinned `llama-quantize`) copies, and
+`study()` compares plain and draft-mtp greedy output on them (reports/mtp-quantized-oracle).
 """
 
 from __future__ import annotations
