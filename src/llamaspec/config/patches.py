@@ -91,8 +91,10 @@ class Defect(Frozen):
     id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
     engine: str
     pins: tuple[FullSha, ...] = Field(min_length=1)
-    symptom: Literal["short-output", "corrupt-output", "crash", "parallel-divergence"]
-    targets: Literal["all", "hybrid"] = "all"  # which targets show it
+    symptom: Literal[
+        "short-output", "corrupt-output", "crash", "parallel-divergence", "quantized-divergence"
+    ]
+    targets: Literal["all", "hybrid", "quantized"] = "all"  # which targets show it
     summary: str
     upstream_issue: Upstream | None = None
     fixed_by: str = ""  # a catalog patch id, or an upstream PR/commit when not in the catalog
