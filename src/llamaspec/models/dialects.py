@@ -217,6 +217,12 @@ SPEC_FLAGS: frozenset[str] = frozenset(
     }
 )
 
+# The flags that load a draft model, in any dialect (with the long aliases).
+DRAFT_MODEL_FLAGS: frozenset[str] = frozenset(
+    {d.flags["draft_model"] for d in DIALECTS.values() if "draft_model" in d.flags}
+    | {"-md", "--model-draft", "--spec-draft-model"}
+)
+
 # Options that only mean something when the build can offload (a GPU backend or RPC), with
 # how many values each takes. One rule, every engine and dialect: dropped with a note when
 # the build has nothing to offload to.

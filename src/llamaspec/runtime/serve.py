@@ -135,7 +135,9 @@ def render(
         pin=pin,
     )
     if artifact is not None:
-        recipes.check_against_help(cmd, server_help(artifact.server), f"{artifact.id}/llama-server")
+        help_text = server_help(artifact.server)
+        recipes.check_spec_types(cmd, recipe, help_text, f"build {artifact.id}")
+        recipes.check_against_help(cmd, help_text, f"{artifact.id}/llama-server")
     return cmd, artifact
 
 
