@@ -86,7 +86,7 @@ def render(
         raise LlamaspecError(why)
     if draft is None and any(t in dialects.MODEL_TYPES for t in recipe.spec.types):
         raise LlamaspecError(_no_draft(base, recipe, engine, d, where))
-    idle = draft_without_type(recipe, engine, d, where)
+    idle = draft_without_type(recipe, engine, d, where, draft is not None)
     if idle:
         raise LlamaspecError(idle)
     offload = dialects.can_offload(backend, variants, recipe.server.rpc)
@@ -107,7 +107,9 @@ def render(
     return ServerCommand(rendered.argv, dialect, rendered.notes)
 
 
-def draft_without_type(recipe: Recipe, engine: str, d: dialects.Dialect, where: str) -> str | None:
+def draft_without_type(
+    recipe: Recipe, engine: str, d: dialects.Dialect, where: str, pair_draft: bool = True
+) -> str | None:
     """Why `recipe` (with `engine`'s overrides applied) would load a draft model that never
     drafts in dialect `d`, or None: its `server.extra` names a draft model, its types read
     none, and the dialect drafts with a draft model only when a spec type says so."""
@@ -117,6 +119,12 @@ def draft_without_type(recipe: Recipe, engine: str, d: dialects.Dialect, where: 
     if "draft" in d.by_model:  # older pins: the draft model alone drafts
         return None
     types = ", ".join(recipe.spec.types)
+    draft = (
+        f"take {flags[0]} out of `extra` (the pair's draft model is passed for you)"
+        if pair_draft
+        else f"use a pair with a draft model instead of {flags[0]} in `extra` (pair "
+        f"{recipe.pair!r} has none)"
+    )
     return (
         f"Recipe {recipe.name!r} loads a draft model through `server.extra` ({flags[0]}) but "
         f"its spec types ({types}) include none that drafts with one, so on {where} (dialect "
@@ -124,8 +132,7 @@ def draft_without_type(recipe: Recipe, engine: str, d: dialects.Dialect, where: 
         "llama.cpp since PR #23988, upstream issue #25345): every token would come from the "
         f"target alone. Add `draft` to `spec: types:`"
         + (f" (override `types` under `engines: {engine}:` if only this engine needs it)")
-        + f" and take {flags[0]} out of `extra` (the pair's draft model is passed for you), "
-        "or remove the draft model from `extra`."
+        + f" and {draft}; or remove the draft model from `extra`."
     )
 
 

@@ -184,7 +184,9 @@ def serve(name: str, opts: RenderOptions, console: Console, root: Path | None = 
     engine = artifact.manifest["engine"]
     d = find_dialect(opts.dialect or dialect_for(artifact))
     pin = str(artifact.manifest.get("commit") or "local")[:7]
-    idle = recipes.draft_without_type(recipe.for_engine(engine), engine, d, f"{engine} at {pin}")
+    has_draft = catalog.pairs[recipe.pair].draft is not None
+    where = f"{engine} at {pin}"
+    idle = recipes.draft_without_type(recipe.for_engine(engine), engine, d, where, has_draft)
     if idle:
         raise LlamaspecError(idle)
     files = models.pull(catalog, recipe.pair, root, console)
