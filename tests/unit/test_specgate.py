@@ -144,23 +144,25 @@ def completion(draft_n: int | None, source: str | None) -> Completion:
 
 def test_the_smoke_falls_back_to_the_replies_where_no_counters_are_exported() -> None:
     argv = ["-m", "t", "-md", "d"]
-    v = smoke.gate_verdict(argv, None, None, [completion(None, None)], "ik-legacy", (5, 4))
+    v = specgate.judge_replies(argv, None, None, [completion(None, None)], "ik-legacy", (5, 4))
     assert v.kind == "drafting" and v.source == "timings"
-    v = smoke.gate_verdict(argv, None, counters(IK_PAGE), [completion(6, "log")], "ik-legacy")
+    v = specgate.judge_replies(argv, None, counters(IK_PAGE), [completion(6, "log")], "ik-legacy")
     assert v.kind == "drafting" and "server log" in v.message
-    v = smoke.gate_verdict(argv, None, None, [completion(0, "timings")], "ik-spec-type")
+    v = specgate.judge_replies(argv, None, None, [completion(0, "timings")], "ik-spec-type")
     assert v.failed and "timings.draft_n" in v.message
     # nothing reported drafts at all: the gate cannot tell (the smoke's own check still gates)
-    assert smoke.gate_verdict(argv, None, None, [completion(None, None)], None).kind == "unknown"
+    assert (
+        specgate.judge_replies(argv, None, None, [completion(None, None)], None).kind == "unknown"
+    )
     report = smoke.SmokeReport("a", "custom", tuple(argv), gate=v)
     assert not report.passed and smoke._why(report) == v.message
     assert report.to_json()["gate"]["kind"] == "idle"
 
 
 def test_metrics_flag_only_where_the_binary_has_it() -> None:
-    assert smoke.metrics_args(["-md", "d"], "--metrics   enable\n") == ["--metrics"]
-    assert smoke.metrics_args(["--metrics"], "--metrics   enable\n") == []
-    assert smoke.metrics_args([], "--port N\n") == []
+    assert metrics.flag(["-md", "d"], {"--metrics"}) == ["--metrics"]
+    assert metrics.flag(["--metrics"], {"--metrics"}) == []
+    assert metrics.flag([], {"--port"}) == []
 
 
 # --- recipes refused when rendered --------------------------------------------------------

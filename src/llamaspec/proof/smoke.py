@@ -8,12 +8,9 @@ decoding. An output that stops early fails, unless the engine pin has that defec
 The quantized model's comparison is kept as information: where it differs, the reference's
 own log-probabilities at the first differing token say how close the two choices were.
 
-The speculation gate (runtime.specgate) reads the speculative server's counters (`/metrics`,
-started with `--metrics`; ik_llama.cpp exports none, so its replies' draft counts stand in)
-after its requests: a draft model or MTP head that is loaded and drafts nothing fails the
-smoke with the gate's message before the F32 comparison runs. `spec_args` replaces the
-smoke's own speculation arguments (`llamaspec smoke --spec-args`), to smoke-test the
-speculation flags of your own command line on a build.
+The speculation gate (runtime.specgate) reads the speculative server's counters after its
+requests: a loaded draft or MTP head that drafted nothing fails the smoke with its message.
+`spec_args` (`llamaspec smoke --spec-args`) replaces the smoke's own speculation flags.
 """
 
 from __future__ import annotations
@@ -297,21 +294,17 @@ def smoke(
 ) -> SmokeReport:
     """Strict fast form on `reference` (F32) and the quantized comparison; write smoke.json.
     `strict_skipped` says why a non-gating F32 comparison is left out (no `reference`).
-    `spec_args`: the speculative server's speculation arguments instead of the smoke's own
-    (a draft model: `model` drafting for itself)."""
+    `spec_args`: speculation flags instead of the smoke's own (`model` drafting for itself)."""
     t0 = time.monotonic()
-    if spec_args is not None:
-        spec = list(spec_args)
-    else:
-        # p_min 0: draft whatever the draft model ranks first (older servers default to 0.9,
-        # which with a 270M self-draft drafts almost nothing)
-        settings = dialects.SpecSettings("draft", draft_model=model, n_max=n_max, p_min=0.0)
-        spec = dialects.spec_args(dialect, settings)
+    # p_min 0: draft whatever the draft model ranks first (older servers default to 0.9,
+    # which with a 270M self-draft drafts almost nothing)
+    settings = dialects.SpecSettings("draft", draft_model=model, n_max=n_max, p_min=0.0)
+    spec = list(spec_args) if spec_args is not None else dialects.spec_args(dialect, settings)
     help_text = server_help(artifact.server)
     check_help(spec, help_text, str(artifact.server))
     strict_gates = artifact.manifest.get("backend", "cpu") == "cpu"
     logs = out_dir / "logs"
-    sp_args = [*base_args(model), *spec, *metrics_args(spec, help_text)]
+    sp_args = [*base_args(model), *spec, *metrics.flag(spec, help_flags(help_text))]
     with running(artifact.server, base_args(model), logs / "reference.log") as ref_srv:
         refs = [complete(ref_srv, p) for p in prompts]
         with running(artifact.server, sp_args, logs / "speculative.log") as sp:
@@ -319,7 +312,7 @@ def smoke(
             specs = [complete(sp, p) for p in prompts]
             chat_stats = _openai_check(sp, console, chat_tokens)
             after = metrics.read(sp.url)
-        gate = gate_verdict(sp_args, before, after, specs, dialect, chat_stats)
+        gate = specgate.judge_replies(sp_args, before, after, specs, dialect, chat_stats)
         console.print(f"smoke: speculation gate: {gate.message}")
         if gate.failed:  # nothing else the smoke finds changes the verdict
             reference = None
@@ -362,44 +355,6 @@ def smoke(
             + tail(logs / "speculative.log"),
         )
     return report
-
-
-def metrics_args(spec: Sequence[str], help_text: str) -> list[str]:
-    """`--metrics` for the speculative server (the gate reads its counters), where the
-    binary has it and the arguments do not already ask for it."""
-    if "--metrics" in spec or "--metrics" not in help_flags(help_text):
-        return []
-    return ["--metrics"]
-
-
-def gate_verdict(
-    argv: Sequence[str],
-    before: metrics.SpecCounters | None,
-    after: metrics.SpecCounters | None,
-    specs: Sequence[Completion],
-    dialect: str | None,
-    chat: tuple[int, int] | None = None,
-) -> specgate.Verdict:
-    """The speculation gate on the smoke's speculative server: its `/metrics` counters, or,
-    where the engine exports none (ik_llama.cpp), the draft counts its replies report
-    (`timings.draft_n` of /completion or of the streamed chat, else the server log's
-    acceptance lines); where nothing reports drafts at all, the gate cannot tell."""
-    if after is not None and after.available:
-        return specgate.judge(argv, before, after, source="metrics", dialect=dialect)
-    sources = {c.draft_source for c in specs if c.draft_source}
-    drafted = sum(c.draft_n or 0 for c in specs)
-    accepted = sum(c.draft_accepted or 0 for c in specs)
-    if chat is not None:
-        sources.add("timings")
-        drafted, accepted = drafted + chat[0], accepted + chat[1]
-    counts = metrics.SpecCounters(
-        drafted=drafted,
-        accepted=accepted,
-        predicted=sum(c.tokens_predicted or len(c.tokens) for c in specs),
-        available=bool(sources),
-    )
-    source = "timings" if "timings" in sources or not sources else "log"
-    return specgate.judge(argv, None, counts, source=source, dialect=dialect)
 
 
 def _why(report: SmokeReport) -> str:
@@ -556,10 +511,8 @@ def smoke_artifact(
     out_dir: Path | None = None,
 ) -> SmokeReport:
     """The smoke test of a built artifact with the embedded model (what `build` runs last).
-
-    `spec_args`: speculation arguments for the speculative server instead of the smoke's own
-    (`{model}` stands for the embedded model's path); `out_dir`: where smoke.json and the
-    logs go (default: the artifact's directory)."""
+    `spec_args`: speculation flags instead of the smoke's own (`{model}`: the embedded
+    model); `out_dir`: where smoke.json and the logs go (default: the artifact's folder)."""
     import os
 
     from llamaspec.models.dialects import dialect_for

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -24,6 +24,7 @@ __all__ = [
     "MetricsFormatError",
     "Samples",
     "SpecCounters",
+    "flag",
     "parse",
     "read",
     "spec_counters",
@@ -163,3 +164,8 @@ def read(url: str, timeout: float = 10) -> SpecCounters | None:
         return spec_counters(parse(reply.text))
     except MetricsFormatError:
         return None
+
+
+def flag(args: Sequence[str], help_flags: Collection[str]) -> list[str]:
+    """`--metrics` where a binary has it (its --help's flags) and `args` lack it."""
+    return ["--metrics"] if "--metrics" in help_flags and "--metrics" not in args else []

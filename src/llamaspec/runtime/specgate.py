@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from llamaspec.models import dialects
+from llamaspec.runtime.client import Completion
 from llamaspec.runtime.metrics import SpecCounters
 
-__all__ = ["SOURCES", "Loaded", "Verdict", "judge", "loaded"]
+__all__ = ["SOURCES", "Loaded", "Verdict", "judge", "judge_replies", "loaded"]
 
 # Where the counts came from, as the verdict names it.
 SOURCES = {
@@ -265,3 +266,33 @@ def judge(
         f"decoded by the target alone: the draft costs memory and load time and buys no "
         f"speed. Likely cause: {cause}. Fix: {fix}.",
     )
+
+
+def judge_replies(
+    argv: Sequence[str],
+    before: SpecCounters | None,
+    after: SpecCounters | None,
+    replies: Sequence[Completion],
+    dialect: str | None,
+    chat: tuple[int, int] | None = None,
+) -> Verdict:
+    """`judge` on a server that answered `replies` (and a streamed chat reporting `chat`
+    (drafted, accepted)): its `/metrics` counters, or, where the engine exports none
+    (ik_llama.cpp), the draft counts the replies report (`timings.draft_n`, else the server
+    log's acceptance lines); where nothing reports drafts at all, the gate cannot tell."""
+    if after is not None and after.available:
+        return judge(argv, before, after, source="metrics", dialect=dialect)
+    sources = {c.draft_source for c in replies if c.draft_source}
+    drafted = sum(c.draft_n or 0 for c in replies)
+    accepted = sum(c.draft_accepted or 0 for c in replies)
+    if chat is not None:
+        sources.add("timings")
+        drafted, accepted = drafted + chat[0], accepted + chat[1]
+    counts = SpecCounters(
+        drafted=drafted,
+        accepted=accepted,
+        predicted=sum(c.tokens_predicted or len(c.tokens) for c in replies),
+        available=bool(sources),
+    )
+    source = "timings" if "timings" in sources or not sources else "log"
+    return judge(argv, None, counts, source=source, dialect=dialect)
