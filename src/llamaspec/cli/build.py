@@ -30,8 +30,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=spec_args,
         metavar="ARGS",
         help="speculation arguments for the speculative server instead of the smoke's own, "
-        'in one string (e.g. "--spec-type draft-simple -md {model}"; {model} is the '
-        "embedded model): smoke-test your own speculation flags on this build",
+        "in one string as on a shell line ({model} stands for the embedded model): "
+        "smoke-test your own speculation flags on this build",
     )
     s.add_argument(
         "--out",

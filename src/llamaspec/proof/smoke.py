@@ -501,6 +501,7 @@ VULKAN_SMOKE_ENV = (
 
 # In `--spec-args`, this stands for the embedded model's path (a draft for itself).
 MODEL_PLACEHOLDER = "{model}"
+SPEC_ARGS_FIX = "Give --spec-args flags this build's llama-server --help lists."
 
 
 def smoke_artifact(
@@ -527,6 +528,7 @@ def smoke_artifact(
     model = embedded_model(console.print)
     if spec_args is not None:
         spec_args = [a.replace(MODEL_PLACEHOLDER, str(model)) for a in spec_args]
+        check_help(spec_args, server_help(artifact.server), str(artifact.server), SPEC_ARGS_FIX)
         console.print(f"smoke: speculation arguments given: {' '.join(spec_args)}")
     prompts, strict_n, skipped = SMOKE_PROMPTS, None, None
     n_max, chat_tokens = 8, CHAT_TOKENS

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from llamaspec import env
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.paths import project_root
 
@@ -202,7 +203,7 @@ def serve(name: str, opts: RenderOptions, console: Console, root: Path | None = 
 # The gate judges once the server has generated this many tokens (a few replies' worth).
 GATE_TOKENS = 64
 GATE_POLL_S = 5.0
-GATE_SWITCH = "LLAMASPEC_SPEC_GATE"  # `off`: no --metrics added, no watcher
+GATE_SWITCH = env.SPEC_GATE.name  # `off`: no --metrics added, no watcher
 
 
 def gated_argv(argv: list[str], artifact: Artifact, console: Console) -> list[str]:

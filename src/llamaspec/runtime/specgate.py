@@ -34,10 +34,7 @@ SOURCES = {
 DRAFT_MODEL_FLAGS = dialects.DRAFT_MODEL_FLAGS
 DRAFT_MODEL_ENV = ("LLAMA_ARG_SPEC_DRAFT_MODEL", "LLAMA_ARG_MODEL_DRAFT")
 SPEC_TYPE_ENV = "LLAMA_ARG_SPEC_TYPE"
-MTP_SWITCHES = frozenset({"-mtp", "--multi-token-prediction"})
-MTP_OFF = frozenset({"-no-mtp", "--no-multi-token-prediction"})
-N_MAX_FLAGS = frozenset({"--spec-draft-n-max", "--draft-max", "--draft", "--draft-n"})
-P_MIN_FLAGS = frozenset({"--spec-draft-p-min", "--draft-p-min"})
+TYPE_FLAG = min(dialects.SPEC_TYPE_FLAGS)  # every dialect spells it alike
 # Engine spellings of the spec types that draft with a draft model, and with an MTP head.
 MODEL_TYPE_NAMES = frozenset(
     d.type_names[t]
@@ -93,7 +90,7 @@ class Loaded:
         if self.mtp is not None:
             parts.append(f"the target's MTP head ({self.mtp})")
         if self.types:
-            parts.append(f"--spec-type {','.join(self.types)}")
+            parts.append(f"{TYPE_FLAG} {','.join(self.types)}")
         return " with ".join(parts[:1]) + "".join(f", {p}" for p in parts[1:]) or "nothing"
 
 
@@ -108,7 +105,7 @@ def loaded(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Loaded:
     if draft is None:
         name = next((n for n in DRAFT_MODEL_ENV if env.get(n)), None)
         draft, flag = (env[name], name) if name else (None, None)
-    given = _values(argv, frozenset({"--spec-type"})) or (
+    given = _values(argv, dialects.SPEC_TYPE_FLAGS) or (
         [env[SPEC_TYPE_ENV]] if env.get(SPEC_TYPE_ENV) else []
     )
     types = tuple(
@@ -118,13 +115,13 @@ def loaded(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Loaded:
         if t.split(":")[0].strip() not in ("", "none")
     )
     mtp = None
-    switched = [a for a in argv if a in MTP_SWITCHES or a in MTP_OFF]
-    if switched and switched[-1] in MTP_SWITCHES:
+    switched = [a for a in argv if a in dialects.MTP_SWITCHES | dialects.MTP_OFF]
+    if switched and switched[-1] in dialects.MTP_SWITCHES:
         mtp = switched[-1]
     elif any(t in MTP_TYPE_NAMES for t in types):
-        mtp = f"--spec-type {next(t for t in types if t in MTP_TYPE_NAMES)}"
-    n_max = _values(argv, N_MAX_FLAGS)
-    p_min = _values(argv, P_MIN_FLAGS)
+        mtp = f"{TYPE_FLAG} {next(t for t in types if t in MTP_TYPE_NAMES)}"
+    n_max = _values(argv, dialects.N_MAX_FLAGS)
+    p_min = _values(argv, dialects.P_MIN_FLAGS)
     return Loaded(
         draft,
         flag if draft else None,
