@@ -9,6 +9,7 @@ import io
 import math
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -302,3 +303,47 @@ def test_serve_adds_metrics_only_where_a_draft_is_loaded(
     assert serve.gated_argv(argv, art, console) == argv
     assert serve.loopback_url("::", 80) == "http://[::1]:80"
     assert serve.loopback_url("0.0.0.0", 80) == "http://127.0.0.1:80"
+
+
+WATCHED = """
+import os, sys
+from llamaspec.runtime import serve
+serve.GATE_POLL_S, serve.GATE_TOKENS = 0.05, 16
+port = int(sys.argv[1])
+argv = [sys.executable, "-c", SERVER, str(port), "-md", "d.gguf"]
+serve.start_watcher(argv, "127.0.0.1", port, "upstream")
+os.execv(sys.executable, argv)
+"""
+# what the process execs into: a /metrics server for three seconds
+SERVER = """
+import http.server, sys, threading
+page = PAGE
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = page.encode(); self.send_response(200)
+        self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+srv = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+threading.Timer(3, srv.shutdown).start()
+srv.serve_forever()
+"""
+
+
+def test_serve_execs_the_server_and_its_detached_watcher_speaks_on_its_stderr() -> None:
+    from llamaspec.runtime.client import free_port
+
+    server = SERVER.replace("PAGE", repr(IDLE_PAGE))
+    script = WATCHED.replace("SERVER", repr(server))
+    env = {**os.environ, "PYTHONPATH": str(Path(serve.__file__).parents[2])}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    said = [line for line in proc.stderr.splitlines() if "SPECULATION GATE" in line]
+    assert len(said) == 1 and said[0].startswith("llamaspec serve: SPECULATION GATE")
+    assert "d.gguf (-md)" in said[0]

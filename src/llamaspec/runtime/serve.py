@@ -258,8 +258,8 @@ def watch(
     dialect: str,
     server_pid: int,
     say=None,
-    poll_s: float = GATE_POLL_S,
-    tokens: int = GATE_TOKENS,
+    poll_s: float | None = None,
+    tokens: int | None = None,
 ) -> str | None:
     """Poll the server's counters until it has generated `tokens` tokens, then print the
     gate's verdict when it is loud (or that the engine exports no counters) and return it.
@@ -270,6 +270,8 @@ def watch(
     from llamaspec.runtime import metrics, specgate
 
     say = say or (lambda text: print(f"llamaspec serve: {text}", file=sys.stderr, flush=True))
+    poll_s = GATE_POLL_S if poll_s is None else poll_s
+    tokens = GATE_TOKENS if tokens is None else tokens
     url = loopback_url(host, port)
     while _alive(server_pid):
         time.sleep(poll_s)
