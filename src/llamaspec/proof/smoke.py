@@ -313,7 +313,7 @@ def smoke(
             chat_stats = _openai_check(sp, console, chat_tokens)
             after = metrics.read(sp.url)
         gate = specgate.judge_replies(sp_args, before, after, specs, dialect, chat_stats)
-        console.print(f"smoke: speculation gate: {gate.message}")
+        console.print(f"smoke: speculation gate: {gate.message}", markup=False)
         if gate.failed:  # nothing else the smoke finds changes the verdict
             reference = None
         results = tuple(
