@@ -10,6 +10,12 @@
 # an illegal instruction, and a CUDA image started without the NVIDIA driver says it runs
 # on the CPU instead.
 #
+# The speculation gate (issue 43): where the arguments (or LLAMA_ARG_SPEC_DRAFT_MODEL,
+# LLAMA_ARG_SPEC_TYPE) load a draft model or an MTP head, the entrypoint turns the server's
+# /metrics on (LLAMA_ARG_ENDPOINT_METRICS=1 unless set) and writes what is loaded, the likely
+# cause of a draft that drafts nothing and its fix to the gate file, which the health check
+# reads (docker/healthcheck.sh). LLAMASPEC_SPEC_GATE=off leaves both out.
+#
 # `rpc-server [ARGS]` as the first argument runs the image's rpc-server instead (images with
 # the rpc variant): bound to 0.0.0.0 inside the container (publish it to one host address,
 # e.g. -p 127.0.0.1:50052:50052), port 50052, unless ARGS give -H/-p; it warns that the RPC
@@ -73,17 +79,57 @@ if grep -qx 'backend=cuda' "$root/labels.txt" 2>/dev/null \
 fi
 host="${LLAMA_ARG_HOST:-${LLAMASPEC_HOST:-0.0.0.0}}"
 port="${LLAMA_ARG_PORT:-${LLAMASPEC_PORT:-8080}}"
+draft="${LLAMA_ARG_SPEC_DRAFT_MODEL:-}"
+how="LLAMA_ARG_SPEC_DRAFT_MODEL"
+types="${LLAMA_ARG_SPEC_TYPE:-}"
+mtp=""
 prev=""
 for arg in "$@"; do
   case "$prev" in
     --port) port="$arg" ;;
     --host) host="$arg" ;;
+    -md|--model-draft|--spec-draft-model) draft="$arg"; how="$prev" ;;
+    --spec-type) types="$types,$arg" ;;
   esac
   case "$arg" in
     --port=*) port="${arg#--port=}" ;;
     --host=*) host="${arg#--host=}" ;;
+    --model-draft=*|--spec-draft-model=*) draft="${arg#*=}"; how="${arg%%=*}" ;;
+    --spec-type=*) types="$types,${arg#--spec-type=}" ;;
+    -mtp|--multi-token-prediction) mtp="$arg" ;;
+    -no-mtp|--no-multi-token-prediction) mtp="" ;;
   esac
   prev="$arg"
 done
 echo "$port" > "${LLAMASPEC_PORT_FILE:-/tmp/llamaspec.port}" 2>/dev/null || true
+gate="${LLAMASPEC_GATE_FILE:-/tmp/llamaspec.gate}"
+rm -f "$gate" "$gate.said" 2>/dev/null
+case ",$types," in *,draft-mtp[,:]*|*,mtp[,:]*) mtp="--spec-type ${types#,}" ;; esac
+if [ "${LLAMASPEC_SPEC_GATE:-warn}" != off ] && { [ -n "$draft" ] || [ -n "$mtp" ]; }; then
+  case ",$types," in
+    *,draft-simple[,:]*|*,draft-eagle3[,:]*|*,draft-dflash[,:]*|*,draft-dspark[,:]*|*,draft[,:]*)
+      typed=1 ;;
+    *) typed="" ;;
+  esac
+  if [ -n "$draft" ]; then
+    loaded="draft model $draft ($how)"
+  else
+    loaded="the target's MTP head ($mtp)"
+  fi
+  if [ -n "$draft" ] && [ -z "$typed" ]; then
+    cause="a draft model without a draft spec type: since upstream llama.cpp PR #23988, $how"
+    cause="$cause loads the draft and never drafts with it unless --spec-type names a draft"
+    cause="$cause type (upstream issue #25345)"
+    fix="add --spec-type draft-simple to the arguments (draft-eagle3, draft-dflash or"
+    fix="$fix draft-dspark for those drafters; with other types, comma-separated)"
+  elif [ -n "$mtp" ] && [ -z "$draft" ]; then
+    cause="the target has no MTP head this build can use (no nextn layers in the GGUF)"
+    fix="use a target GGUF converted with its MTP layers, or a draft model instead"
+  else
+    cause="not clear from the command line"
+    fix="read the server log's speculative lines (draft loading, acceptance)"
+  fi
+  printf '%s\n%s\n%s\n' "$loaded" "$cause" "$fix" > "$gate" 2>/dev/null || true
+  export LLAMA_ARG_ENDPOINT_METRICS="${LLAMA_ARG_ENDPOINT_METRICS:-1}"
+fi
 exec "$root/bin/llama-server" --host "$host" --port "$port" "$@"

@@ -131,6 +131,34 @@ PORT_FILE = EnvVar(
     "`/tmp/llamaspec.port`",
     IMAGE,
 )
+SPEC_GATE = EnvVar(
+    "LLAMASPEC_SPEC_GATE",
+    "The speculation gate of `serve` and of an image's health check (a draft model or MTP "
+    "head loaded, nothing drafted): `off` leaves it out (no `--metrics` added, no watcher, "
+    "no check); in an image, `fail` makes the container unhealthy instead of only saying so.",
+    "`warn`: `serve` and the health check print the gate's paragraph",
+)
+GATE_FILE = EnvVar(
+    "LLAMASPEC_GATE_FILE",
+    "Where the entrypoint writes what speculation is loaded (and the likely cause and fix of "
+    "a draft that drafts nothing), and the health check reads it.",
+    "`/tmp/llamaspec.gate`",
+    IMAGE,
+)
+GATE_TOKENS = EnvVar(
+    "LLAMASPEC_GATE_TOKENS",
+    "How many generated tokens the health check waits for before it judges a loaded draft "
+    "that has drafted nothing.",
+    "`64`",
+    IMAGE,
+)
+GATE_LOG = EnvVar(
+    "LLAMASPEC_GATE_LOG",
+    "Where the health check writes the speculation gate's paragraph once (besides its own "
+    "output, which `docker inspect` shows).",
+    "`/proc/1/fd/2`: the server's stderr, which `docker logs` shows",
+    IMAGE,
+)
 
 VARIABLES: tuple[EnvVar, ...] = (
     CACHE,
@@ -150,6 +178,10 @@ VARIABLES: tuple[EnvVar, ...] = (
     HOST,
     PORT,
     PORT_FILE,
+    SPEC_GATE,
+    GATE_FILE,
+    GATE_TOKENS,
+    GATE_LOG,
 )
 BY_NAME = {v.name: v for v in VARIABLES}
 

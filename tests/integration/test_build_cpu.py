@@ -27,6 +27,8 @@ def test_build_smoke_passes_with_drafts_accepted(upstream_build) -> None:
     assert "equivalence: draft/code: identical" in output
     report = json.loads((artifact.path / "smoke.json").read_text())
     assert report["passed"] and report["accepted"] > 0 and report["drafted"] >= report["accepted"]
+    # the speculation gate read the speculative server's /metrics: it drafted
+    assert report["gate"]["kind"] == "drafting" and report["gate"]["drafted"] > 0
     # the gate: the strict fast form on the F32 reference copy, token-identical
     strict = {s["method"]: s for s in report["strict"]}
     assert set(strict) == {"draft", "ngram-mod"} and len(report["reference_sha256"]) == 64

@@ -577,6 +577,7 @@ def _entrypoint(tmp_path: Path, args: list[str], env: dict[str, str]) -> tuple[l
     port_file = tmp_path / "port"
     base = {"PATH": "/usr/bin:/bin", "LLAMASPEC_ROOT": str(tmp_path / "root")}
     base.update({"LLAMASPEC_PORT_FILE": str(port_file), "LLAMASPEC_HOST": "0.0.0.0"})
+    base["LLAMASPEC_GATE_FILE"] = str(tmp_path / "gate")
     proc = subprocess.run(
         ["sh", str(ROOT / "docker" / "entrypoint.sh"), *args],
         env={**base, "LLAMASPEC_PORT": "8080", **env},
@@ -662,6 +663,113 @@ def test_healthcheck_follows_the_port_the_server_listens_on(tmp_path: Path) -> N
         assert healthy(LLAMASPEC_PORT="9")  # the entrypoint's port file wins
         port_file.unlink()
         assert healthy(LLAMASPEC_PORT=port) and not healthy(LLAMASPEC_PORT="9")
+    finally:
+        httpd.shutdown()
+
+
+def test_entrypoint_writes_the_speculation_gate_file_and_turns_metrics_on(tmp_path: Path) -> None:
+    """A draft model or MTP head in the arguments: /metrics on (unless set) and the gate
+    file with what is loaded, the likely cause and the fix; no speculation: neither."""
+    gate = tmp_path / "gate"
+    server = tmp_path / "root" / "bin" / "llama-server"
+
+    server.parent.mkdir(parents=True, exist_ok=True)
+    server.write_text('#!/bin/sh\nprintf "%s\\n" "$@" "metrics=$LLAMA_ARG_ENDPOINT_METRICS"\n')
+    server.chmod(0o755)
+
+    def run(args: list[str], env: dict[str, str] | None = None) -> list[str]:
+        proc = subprocess.run(
+            ["sh", str(ROOT / "docker" / "entrypoint.sh"), *args],
+            env={"PATH": "/usr/bin:/bin", "LLAMASPEC_ROOT": str(tmp_path / "root"),
+                 "LLAMASPEC_PORT_FILE": str(tmp_path / "port"),
+                 "LLAMASPEC_GATE_FILE": str(gate), **(env or {})},
+            capture_output=True, text=True, check=True, timeout=30,
+        )  # fmt: skip
+        return proc.stdout.splitlines()
+
+    ran = run(["-m", "/models/t.gguf", "-md", "/models/d.gguf"])
+    assert "metrics=1" in ran and "--metrics" not in ran
+    loaded, cause, fix = gate.read_text().splitlines()
+    assert loaded == "draft model /models/d.gguf (-md)"
+    assert (
+        "#23988" in cause and "#25345" in cause and fix.startswith("add --spec-type draft-simple")
+    )
+    run(["-m", "t", "--spec-draft-model=d", "--spec-type", "draft-simple,ngram-mod"])
+    assert gate.read_text().splitlines()[1] == "not clear from the command line"
+    run(["-m", "t", "--spec-type", "draft-mtp"])
+    assert "MTP head" in gate.read_text()
+    assert "metrics=0" in run(["-m", "t", "-md", "d"], {"LLAMA_ARG_ENDPOINT_METRICS": "0"})
+    ran = run(["-m", "t", "--spec-type", "ngram-mod"])
+    assert not gate.exists() and "metrics=" in ran
+    run(["-m", "t", "-md", "d"], {"LLAMASPEC_SPEC_GATE": "off"})
+    assert not gate.exists()
+    run(["-m", "t"], {"LLAMA_ARG_SPEC_DRAFT_MODEL": "/models/d.gguf"})
+    assert gate.read_text().startswith("draft model /models/d.gguf (LLAMA_ARG_SPEC_DRAFT_MODEL)")
+
+
+def test_healthcheck_says_when_a_loaded_draft_drafts_nothing(tmp_path: Path) -> None:
+    """/metrics with a loaded draft: quiet until enough tokens, then the gate's paragraph on
+    stdout (the health log) and once in the server's log; healthy unless the gate is `fail`."""
+    import http.server
+    import threading
+
+    page = {"text": ""}
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = page["text"].encode() if self.path == "/metrics" else b"ok"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    gate, log = tmp_path / "gate", tmp_path / "server.log"
+
+    def check(**env: str) -> tuple[int, str]:
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "LLAMASPEC_PORT": str(httpd.server_address[1]),
+            "LLAMASPEC_PORT_FILE": str(tmp_path / "none"),
+            "LLAMASPEC_GATE_FILE": str(gate),
+            "LLAMASPEC_GATE_LOG": str(log),
+            **env,
+        }
+        script = str(ROOT / "docker" / "healthcheck.sh")
+        proc = subprocess.run(
+            ["bash", script], env=env, capture_output=True, text=True, timeout=30, check=False
+        )
+        return proc.returncode, proc.stdout
+
+    idle = (
+        "# TYPE llamacpp:tokens_predicted_total counter\r\n"
+        "llamacpp:tokens_predicted_total {n}\r\n"
+        "llamacpp:spec_decode_num_draft_tokens_total {d}\r\n"
+        "llamacpp:spec_decode_num_drafts_total {d}\r\n"
+    )
+    try:
+        page["text"] = idle.format(n=100, d=0)
+        assert check() == (0, "")  # no gate file: no draft loaded
+        gate.write_text("draft model /models/d.gguf (-md)\nthe cause\nthe fix\n")
+        page["text"] = idle.format(n=24, d=0)
+        assert check() == (0, "")  # too few tokens to judge
+        page["text"] = idle.format(n="1.23457e+06", d=0)
+        status, said = check()
+        assert status == 0 and said.startswith("llamaspec: SPECULATION GATE: llama-server loads")
+        assert "draft model /models/d.gguf (-md), but nothing was drafted" in said
+        assert "over 1.23457e+06 generated tokens" in said and "Likely cause: the cause." in said
+        assert "Fix: the fix." in said and len(said.splitlines()) == 1
+        assert check()[0] == 0 and log.read_text() == said  # the server's log: once
+        assert check(LLAMASPEC_SPEC_GATE="fail") == (1, said)
+        assert check(LLAMASPEC_SPEC_GATE="off") == (0, "")
+        page["text"] = idle.format(n=100, d=40)
+        assert check() == (0, "")  # drafting
+        page["text"] = "llamacpp:tokens_predicted_total 100\n"  # ik_llama.cpp: no counters
+        assert check(LLAMASPEC_SPEC_GATE="fail") == (0, "")
     finally:
         httpd.shutdown()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,9 +25,33 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="artifact id (or prefix) in dist/; default: newest",
     )
     s.add_argument("--dist", type=Path, default=default_out("dist"))
+    s.add_argument(
+        "--spec-args",
+        type=spec_args,
+        metavar="ARGS",
+        help="speculation arguments for the speculative server instead of the smoke's own, "
+        "in one string as on a shell line ({model} stands for the embedded model): "
+        "smoke-test your own speculation flags on this build",
+    )
+    s.add_argument(
+        "--out",
+        type=shared.out_dir,
+        help="where smoke.json and the server logs go (default: the artifact's directory)",
+    )
     s.set_defaults(handler=cmd_smoke)
     e = sub.add_parser("engines", help="list engines and their default pins")
     e.set_defaults(handler=cmd_engines)
+
+
+def spec_args(text: str) -> list[str]:
+    """argparse type for --spec-args: one string, split like a shell (quotes allowed)."""
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"cannot be split like a shell line: {exc}") from None
+    if not argv:
+        raise argparse.ArgumentTypeError("is empty; give the speculation flags to use")
+    return argv
 
 
 def cmd_build(args: argparse.Namespace, console: Console) -> None:
@@ -42,7 +67,8 @@ def cmd_smoke(args: argparse.Namespace, console: Console) -> None:
     from llamaspec.engine.artifact import load_artifact, newest_artifact
     from llamaspec.proof.smoke import smoke_artifact
 
-    smoke_artifact(load_artifact(args.dist, args.artifact or newest_artifact(args.dist)), console)
+    artifact = load_artifact(args.dist, args.artifact or newest_artifact(args.dist))
+    smoke_artifact(artifact, console, spec_args=args.spec_args, out_dir=args.out)
 
 
 def cmd_engines(args: argparse.Namespace, console: Console) -> None:

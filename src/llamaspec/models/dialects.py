@@ -226,6 +226,26 @@ SPEC_FLAGS: frozenset[str] = frozenset(
     }
 )
 
+# For reading a command line back (the speculation gate): the flags, in any dialect and with
+# the engines' long aliases, that load a draft model, name spec types, switch an MTP head on
+# or off, and set the draft length and p-min.
+DRAFT_MODEL_FLAGS: frozenset[str] = frozenset(
+    {d.flags["draft_model"] for d in DIALECTS.values() if "draft_model" in d.flags}
+    | {"-md", "--model-draft", "--spec-draft-model"}
+)
+SPEC_TYPE_FLAGS: frozenset[str] = frozenset(d.flags["spec_type"] for d in DIALECTS.values())
+MTP_SWITCHES: frozenset[str] = frozenset(
+    {d.switches["mtp"] for d in DIALECTS.values() if "mtp" in d.switches}
+    | {"--multi-token-prediction"}
+)
+MTP_OFF: frozenset[str] = frozenset({"-no-mtp", "--no-multi-token-prediction"})
+N_MAX_FLAGS: frozenset[str] = frozenset(
+    {d.flags["n_max"] for d in DIALECTS.values() if "n_max" in d.flags} | {"--draft", "--draft-n"}
+)
+P_MIN_FLAGS: frozenset[str] = frozenset(
+    d.flags["p_min"] for d in DIALECTS.values() if "p_min" in d.flags
+)
+
 # Options that only mean something when the build can offload (a GPU backend or RPC), with
 # how many values each takes. One rule, every engine and dialect: dropped with a note when
 # the build has nothing to offload to.

@@ -3,6 +3,12 @@
 A recipe (recipes/*.yaml) is engine-neutral; a dialect renders it. The dialect follows from
 the engine and pin (engines.yaml records it for default pins; a built binary's `--help`
 tells it otherwise), and rendered flags are checked against that `--help` before running.
+
+A recipe whose speculation cannot draft on the chosen build is refused when rendered (the
+speculation gate's render-time half, issue 43): spec types the dialect (pin) or the
+binary's own `--help` lacks (`check_spec_types`), and a draft model loaded through
+`server.extra` without a spec type that drafts with it (`draft_without_type`: upstream
+llama.cpp since PR #23988 loads such a draft and never drafts, upstream issue #25345).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from llamaspec.config import ModelsFile, Recipe
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import compat, dialects, heads
+from llamaspec.models.server_help import spec_type_choices
 from llamaspec.paths import project_root
 
 # The spellings, the check against a binary's --help and the command type live in the
@@ -81,6 +88,9 @@ def render(
         raise LlamaspecError(_no_draft(base, recipe, engine, d, where))
     if why := header_refusal(recipe.spec.types, d, target, draft, subject, where):
         raise LlamaspecError(why)
+    idle = draft_without_type(recipe, engine, d, where, draft is not None)
+    if idle:
+        raise LlamaspecError(idle)
     offload = dialects.can_offload(backend, variants, recipe.server.rpc)
     rendered = dialects.render(
         dialect,
@@ -146,6 +156,67 @@ def header_refusal(
     return None
 
 
+def draft_without_type(
+    recipe: Recipe, engine: str, d: dialects.Dialect, where: str, pair_draft: bool = True
+) -> str | None:
+    """Why `recipe` (with `engine`'s overrides applied) would load a draft model that never
+    drafts in dialect `d`, or None: its `server.extra` names a draft model, its types read
+    none, and the dialect drafts with a draft model only when a spec type says so."""
+    flags = [a for a in recipe.server.extra if a.partition("=")[0] in dialects.DRAFT_MODEL_FLAGS]
+    if not flags or any(t in dialects.MODEL_TYPES for t in recipe.spec.types):
+        return None
+    if "draft" in d.by_model:  # older pins: the draft model alone drafts
+        return None
+    types = ", ".join(recipe.spec.types)
+    draft = (
+        f"take {flags[0]} out of `extra` (the pair's draft model is passed for you)"
+        if pair_draft
+        else f"use a pair with a draft model instead of {flags[0]} in `extra` (pair "
+        f"{recipe.pair!r} has none)"
+    )
+    return (
+        f"Recipe {recipe.name!r} loads a draft model through `server.extra` ({flags[0]}) but "
+        f"its spec types ({types}) include none that drafts with one, so on {where} (dialect "
+        f"{d.name!r}) the server would load the draft and never draft with it (upstream "
+        "llama.cpp since PR #23988, upstream issue #25345): every token would come from the "
+        f"target alone. Add `draft` to `spec: types:`"
+        + (f" (override `types` under `engines: {engine}:` if only this engine needs it)")
+        + f" and {draft}; or remove the draft model from `extra`."
+    )
+
+
+def check_spec_types(cmd: ServerCommand, recipe: Recipe, help_text: str, build: str) -> None:
+    """Refuse a rendered recipe whose spec types the binary's own `--help` does not list
+    (`--spec-type` values): on that build the recipe could not draft as written."""
+    choices = spec_type_choices(help_text)
+    d = dialects.DIALECTS.get(cmd.dialect)
+    if choices is None or d is None:
+        return
+    flag = d.flags["spec_type"]
+    wanted = [
+        w.split(":")[0]
+        for i, a in enumerate(cmd.argv[:-1])
+        if a == flag
+        for w in cmd.argv[i + 1].split(",")
+    ]
+    lacking = [w for w in wanted if w not in choices]
+    if not lacking:
+        return
+    neutral = {v: k for k, v in d.type_names.items()}
+    named = ", ".join(
+        f"{neutral[w]} ({flag} {w})" if neutral.get(w, w) != w else w for w in lacking
+    )
+    offered = sorted(neutral.get(c, c) for c in choices if c != "none")
+    raise LlamaspecError(
+        f"Recipe {recipe.name!r} asks for spec type {named}, which {build} does not offer: "
+        f"its --spec-type accepts {', '.join(sorted(choices))}, so the recipe could not draft "
+        f"there as written. What would work: a build at a pin that has it"
+        + (f" ({d.later})" if d.later else "")
+        + f"; a recipe whose types this build offers ({', '.join(offered) or 'none'}); or "
+        f"override `types` for this engine under `engines:` in the recipe."
+    )
+
+
 def _no_draft(base: Recipe, recipe: Recipe, engine: str, d: dialects.Dialect, where: str) -> str:
     """A recipe that needs a draft model on a pair without one: say where the need came from."""
     free = sorted(d.types - dialects.MODEL_TYPES)
@@ -173,11 +244,17 @@ def _no_draft(base: Recipe, recipe: Recipe, engine: str, d: dialects.Dialect, wh
 
 
 def render_for(
-    recipe: Recipe, artifact: Artifact, dialect: str, target: Path | str, draft: Path | str | None
+    recipe: Recipe,
+    artifact: Artifact,
+    dialect: str,
+    target: Path | str,
+    draft: Path | str | None,
+    help_text: str | None = None,
 ) -> dialects.ServerCommand:
-    """`render` for a built artifact: its binary, backend, variants and pin decide the argv."""
+    """`render` for a built artifact: its binary, backend, variants and pin decide the argv;
+    with the binary's `help_text`, its spec types are checked against it (`check_spec_types`)."""
     m = artifact.manifest
-    return render(
+    cmd = render(
         recipe,
         m["engine"],
         dialect,
@@ -188,6 +265,9 @@ def render_for(
         variants=m.get("variants") or [],
         pin=m.get("commit"),
     )
+    if help_text is not None:
+        check_spec_types(cmd, recipe, help_text, f"build {artifact.id}")
+    return cmd
 
 
 def llama_swap(

@@ -56,14 +56,19 @@ def is_number(text: str) -> bool:
     return True
 
 
-def check_help(argv: Sequence[str], help_text: str, binary: str) -> None:
-    """Refuse flags the binary's own `--help` does not list (values are not checked)."""
+DIALECT_FIX = (
+    "The recipe's dialect does not match this build's pin; pick the dialect the binary speaks."
+)
+
+
+def check_help(argv: Sequence[str], help_text: str, binary: str, fix: str = DIALECT_FIX) -> None:
+    """Refuse flags the binary's own `--help` does not list (values are not checked);
+    `fix` says what to do about it."""
     known = accepted_flags(help_text)
     unknown = [a for a in argv if a.startswith("-") and not is_number(a) and a not in known]
     if unknown:
         raise LlamaspecError(
-            f"{binary} does not accept {', '.join(unknown)} (not in its --help). The recipe's "
-            "dialect does not match this build's pin; pick the dialect the binary speaks."
+            f"{binary} does not accept {', '.join(unknown)} (not in its --help). {fix}"
         )
 
 

@@ -23,7 +23,6 @@ timed on a plain server just before it.
 from __future__ import annotations
 
 import bisect
-import re
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from llamaspec.errors import LlamaspecError
+from llamaspec.runtime import metrics
 from llamaspec.runtime.client import Server
 
 # Batch sizes the target is timed at (k ≤ the largest asked for); others are interpolated.
@@ -102,27 +102,14 @@ class SpecCounters:
         )
 
 
-_COUNTER = re.compile(
-    r"^llamacpp:spec_decode_num_(drafts|draft_tokens|accepted_tokens)_total\s+(\S+)", re.M
-)
-_PER_POS = re.compile(
-    r'^llamacpp:spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\}\s+(\S+)', re.M
-)
-_NAMES = {"drafts": "drafts", "draft_tokens": "drafted", "accepted_tokens": "accepted"}
-
-
 def parse_metrics(text: str) -> SpecCounters:
-    """The `llamacpp:spec_decode_*` counters from a Prometheus `/metrics` page."""
-    found = {_NAMES[name]: float(value) for name, value in _COUNTER.findall(text)}
-    per_pos: dict[int, float] = {int(i): float(v) for i, v in _PER_POS.findall(text)}
-    positions = [per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)] if per_pos else []
-    return SpecCounters(
-        found.get("drafts", 0.0),
-        found.get("drafted", 0.0),
-        found.get("accepted", 0.0),
-        positions,
-        available="drafts" in found,
-    )
+    """The `llamacpp:spec_decode_*` counters from a Prometheus `/metrics` page (read by
+    runtime.metrics; a page in another format counts as no counters)."""
+    try:
+        c = metrics.spec_counters(metrics.parse(text))
+    except metrics.MetricsFormatError:
+        return SpecCounters()
+    return SpecCounters(c.drafts, c.drafted, c.accepted, list(c.per_pos), c.available)
 
 
 def counters(server: Server) -> SpecCounters:

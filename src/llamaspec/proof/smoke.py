@@ -7,6 +7,10 @@ decoding. An output that stops early fails, unless the engine pin has that defec
 (proof.defects) and the output shows exactly its symptom, in which case the smoke names it.
 The quantized model's comparison is kept as information: where it differs, the reference's
 own log-probabilities at the first differing token say how close the two choices were.
+
+The speculation gate (runtime.specgate) reads the speculative server's counters after its
+requests: a loaded draft or MTP head that drafted nothing fails the smoke with its message.
+`spec_args` (`llamaspec smoke --spec-args`) replaces the smoke's own speculation flags.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.models.methods import determinism_args, offers, render_method
-from llamaspec.models.server_help import check_help
+from llamaspec.models.server_help import check_help, help_flags
 from llamaspec.proof import verify
 from llamaspec.proof.defects import defects_for, known_defect
 from llamaspec.proof.prompts import CODE, PROSE
 from llamaspec.proof.verify_report import Case
+from llamaspec.runtime import metrics, specgate
 from llamaspec.runtime.client import (
     TOP_K,
     Completion,
@@ -142,6 +147,7 @@ class SmokeReport:
     wall_seconds: float = 0.0
     chat_drafted: int = 0  # from the streamed chat request, where /completion has no stats
     chat_accepted: int = 0
+    gate: specgate.Verdict | None = None  # the speculation gate on the speculative server
 
     @property
     def drafted(self) -> int:
@@ -161,6 +167,8 @@ class SmokeReport:
 
     @property
     def passed(self) -> bool:
+        if self.gate is not None and self.gate.failed:
+            return False
         if not self.strict_gates:
             return self.accepted > 0 and (bool(self.strict) or bool(self.strict_skipped))
         return self.accepted > 0 and bool(self.strict) and not self.strict_failures
@@ -178,6 +186,7 @@ class SmokeReport:
             "reference_sha256": self.reference_sha256,
             "strict_gates": self.strict_gates,
             "strict_skipped": self.strict_skipped,
+            "gate": self.gate.to_json() if self.gate is not None else None,
             "strict": [asdict(s) for s in self.strict],
             "information": {"near_tie_margin_nats": NEAR_TIE_MARGIN_NATS},
             "results": [asdict(r) for r in self.results],
@@ -281,23 +290,32 @@ def smoke(
     strict_n_predict: int | None = None,
     strict_skipped: str | None = None,
     chat_tokens: int = CHAT_TOKENS,
+    spec_args: Sequence[str] | None = None,
 ) -> SmokeReport:
     """Strict fast form on `reference` (F32) and the quantized comparison; write smoke.json.
-    `strict_skipped` says why a non-gating F32 comparison is left out (no `reference`)."""
+    `strict_skipped` says why a non-gating F32 comparison is left out (no `reference`).
+    `spec_args`: speculation flags instead of the smoke's own (`model` drafting for itself)."""
     t0 = time.monotonic()
     # p_min 0: draft whatever the draft model ranks first (older servers default to 0.9,
     # which with a 270M self-draft drafts almost nothing)
-    settings = dialects.SpecSettings(method="draft", draft_model=model, n_max=n_max, p_min=0.0)
-    spec = dialects.spec_args(dialect, settings)
+    settings = dialects.SpecSettings("draft", draft_model=model, n_max=n_max, p_min=0.0)
+    spec = list(spec_args) if spec_args is not None else dialects.spec_args(dialect, settings)
     help_text = server_help(artifact.server)
     check_help(spec, help_text, str(artifact.server))
     strict_gates = artifact.manifest.get("backend", "cpu") == "cpu"
     logs = out_dir / "logs"
+    sp_args = [*base_args(model), *spec, *metrics.flag(spec, help_flags(help_text))]
     with running(artifact.server, base_args(model), logs / "reference.log") as ref_srv:
         refs = [complete(ref_srv, p) for p in prompts]
-        with running(artifact.server, [*base_args(model), *spec], logs / "speculative.log") as sp:
+        with running(artifact.server, sp_args, logs / "speculative.log") as sp:
+            before = metrics.read(sp.url)
             specs = [complete(sp, p) for p in prompts]
             chat_stats = _openai_check(sp, console, chat_tokens)
+            after = metrics.read(sp.url)
+        gate = specgate.judge_replies(sp_args, before, after, specs, dialect, chat_stats)
+        console.print(f"smoke: speculation gate: {gate.message}", markup=False)
+        if gate.failed:  # nothing else the smoke finds changes the verdict
+            reference = None
         results = tuple(
             PromptResult(p.name, r, s, _compare_quantized(ref_srv, p, r, s))
             for p, r, s in zip(prompts, refs, specs, strict=True)
@@ -312,7 +330,7 @@ def smoke(
         )
     report = SmokeReport(
         artifact.id,
-        "draft",
+        "draft" if spec_args is None else "custom",
         tuple(spec),
         results,
         strict,
@@ -322,6 +340,7 @@ def smoke(
         wall_seconds=time.monotonic() - t0,
         chat_drafted=chat_drafted,
         chat_accepted=chat_accepted,
+        gate=gate,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "smoke.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
@@ -339,6 +358,8 @@ def smoke(
 
 
 def _why(report: SmokeReport) -> str:
+    if report.gate is not None and report.gate.failed:
+        return report.gate.message
     if not report.strict and not report.strict_skipped:
         return "no strict comparison ran (no reference model)"
     if report.strict_failures:
@@ -478,8 +499,21 @@ VULKAN_SMOKE_ENV = (
 )
 
 
-def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = None) -> SmokeReport:
-    """The smoke test of a built artifact with the embedded model (what `build` runs last)."""
+# In `--spec-args`, this stands for the embedded model's path (a draft for itself).
+MODEL_PLACEHOLDER = "{model}"
+SPEC_ARGS_FIX = "Give --spec-args flags this build's llama-server --help lists."
+
+
+def smoke_artifact(
+    artifact: Artifact,
+    console: Console,
+    root: Path | None = None,
+    spec_args: Sequence[str] | None = None,
+    out_dir: Path | None = None,
+) -> SmokeReport:
+    """The smoke test of a built artifact with the embedded model (what `build` runs last).
+    `spec_args`: speculation flags instead of the smoke's own (`{model}`: the embedded
+    model); `out_dir`: where smoke.json and the logs go (default: the artifact's folder)."""
     import os
 
     from llamaspec.models.dialects import dialect_for
@@ -492,6 +526,10 @@ def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = Non
             f"unfinished build or copy in {artifact.path.parent}); build it again."
         )
     model = embedded_model(console.print)
+    if spec_args is not None:
+        spec_args = [a.replace(MODEL_PLACEHOLDER, str(model)) for a in spec_args]
+        check_help(spec_args, server_help(artifact.server), str(artifact.server), SPEC_ARGS_FIX)
+        console.print(f"smoke: speculation arguments given: {' '.join(spec_args)}")
     prompts, strict_n, skipped = SMOKE_PROMPTS, None, None
     n_max, chat_tokens = 8, CHAT_TOKENS
     if artifact.manifest.get("backend") == "vulkan":
@@ -523,7 +561,7 @@ def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = Non
         artifact,
         dialect,
         model,
-        artifact.path,
+        out_dir or artifact.path,
         console,
         prompts,
         reference=ref.path if ref else None,
@@ -532,6 +570,7 @@ def smoke_artifact(artifact: Artifact, console: Console, root: Path | None = Non
         strict_skipped=skipped,
         n_max=n_max,
         chat_tokens=chat_tokens,
+        spec_args=spec_args,
     )
 
 

@@ -26,6 +26,7 @@ import httpx
 from llamaspec.errors import LlamaspecError, missing_extra
 from llamaspec.models.server_help import server_help
 from llamaspec.procs import kill_group
+from llamaspec.runtime import metrics
 
 __all__ = [
     "HOST",
@@ -74,6 +75,7 @@ class Completion:
     draft_n: int | None
     draft_accepted: int | None
     tokens_predicted: int | None = None  # as the server reports it
+    draft_source: str | None = None  # where draft_n came from: "timings" or "log"
 
 
 LOOPBACK_FIX = (
@@ -149,10 +151,11 @@ class Server:
             text = httpx.get(self.url + "/metrics", timeout=10).text
         except httpx.HTTPError:
             return {}
-        out = {}
-        for m in re.finditer(r"^([a-zA-Z_:][\w:]*)\s+([-0-9.eE+]+)$", text, re.M):
-            out[m.group(1)] = float(m.group(2))
-        return out
+        try:
+            samples = metrics.parse(text)
+        except metrics.MetricsFormatError:
+            return {}
+        return {name: by[()] for name, by in samples.items() if () in by}
 
     def chat_stream(self, content: str, max_tokens: int = 32) -> tuple[str, dict]:
         """A streamed greedy chat request through the OpenAI client: (text, last timings)."""
@@ -335,6 +338,7 @@ def complete(server: Server, prompt: Prompt) -> Completion:
         reply["tokens"] = [token_key(p) for p in probs]
     timings = reply.get("timings", {})
     draft_n, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+    source = None if draft_n is None else "timings"
     if draft_n is None:
         time.sleep(0.2)  # the slot's summary is logged just after the reply
         with server.log.open(errors="replace") as fh:
@@ -342,6 +346,7 @@ def complete(server: Server, prompt: Prompt) -> Completion:
             counts = log_acceptance(fh.read())
         if counts:
             accepted, draft_n = counts
+            source = "log"
     return Completion(
         tokens=tuple(reply["tokens"]),
         text=reply.get("content", ""),
@@ -349,6 +354,7 @@ def complete(server: Server, prompt: Prompt) -> Completion:
         draft_n=draft_n,
         draft_accepted=accepted,
         tokens_predicted=reply.get("tokens_predicted"),
+        draft_source=source,
     )
 
 

@@ -3,16 +3,28 @@
 A recipe is rendered for a built artifact (in its dialect, checked against its own
 `--help`) or, without one, for an engine at its default pin (`recipe show`). `serve` pulls
 and checks the pair, renders it for the artifact, checks its RPC hosts and becomes the
-server (exec)."""
+server (exec).
+
+The speculation gate's `serve` half: where the command loads a draft model or MTP head,
+`serve` adds `--metrics` (unless the command or LLAMA_ARG_ENDPOINT_METRICS already says) and,
+before it execs, leaves a small detached watcher behind (`watch`). Exec keeps the server
+what it was (the same process: its signals, exit status and PID, as llama-swap, systemd and
+containers expect), and the watcher never touches a request: it reads `/metrics` every few
+seconds until the server has generated GATE_TOKENS tokens, then says once, on the server's
+own stderr, whether the draft drafted (quietly) or not (the gate's loud paragraph), and
+exits; it exits as well when the server does. LLAMASPEC_SPEC_GATE=off leaves both out.
+"""
 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from llamaspec import env
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.paths import project_root
 
@@ -135,7 +147,9 @@ def render(
         pin=pin,
     )
     if artifact is not None:
-        recipes.check_against_help(cmd, server_help(artifact.server), f"{artifact.id}/llama-server")
+        help_text = server_help(artifact.server)
+        recipes.check_spec_types(cmd, recipe, help_text, f"build {artifact.id}")
+        recipes.check_against_help(cmd, help_text, f"{artifact.id}/llama-server")
     return cmd, artifact
 
 
@@ -191,8 +205,125 @@ def serve(name: str, opts: RenderOptions, console: Console, root: Path | None = 
         for host, version in rpc.check_hosts(artifact, rpc_hosts).items():
             console.print(f"serve: rpc host {host} answers, protocol {'.'.join(map(str, version))}")
     _refuse_before_download(opts, recipe, artifact, root)
+    # a draft that would never draft is refused before any download, too
+    from llamaspec.models.dialects import dialect_for, find_dialect
+
+    engine = artifact.manifest["engine"]
+    d = find_dialect(opts.dialect or dialect_for(artifact))
+    pin = str(artifact.manifest.get("commit") or "local")[:7]
+    has_draft = catalog.pairs[recipe.pair].draft is not None
+    where = f"{engine} at {pin}"
+    idle = recipes.draft_without_type(recipe.for_engine(engine), engine, d, where, has_draft)
+    if idle:
+        raise LlamaspecError(idle)
     files = models.pull(catalog, recipe.pair, root, console)
     cmd, _ = render(opts, recipe, files.target, files.draft, console)
-    console.print(f"serve: {cmd.shell()}")
+    argv = gated_argv(list(cmd.argv), artifact, console)
+    console.print(f"serve: {shlex.join(argv)}")
     console.print(f"serve: listening on http://{opts.host}:{opts.port} (Ctrl-C stops it)")
-    os.execv(cmd.argv[0], list(cmd.argv))
+    if argv != list(cmd.argv):
+        start_watcher(argv, opts.host, opts.port, d.name)
+    os.execv(argv[0], argv)
+
+
+# The gate judges once the server has generated this many tokens (a few replies' worth).
+GATE_TOKENS = 64
+GATE_POLL_S = 5.0
+GATE_SWITCH = env.SPEC_GATE.name  # `off`: no --metrics added, no watcher
+
+
+def gated_argv(argv: list[str], artifact: Artifact, console: Console) -> list[str]:
+    """`argv` with `--metrics` added where it loads a draft model or MTP head and the gate
+    is on; unchanged otherwise (the watcher starts only for a changed argv)."""
+    from llamaspec.models.server_help import help_flags, server_help
+    from llamaspec.runtime import specgate
+
+    if os.environ.get(GATE_SWITCH, "").lower() == "off":
+        return argv
+    if not specgate.loaded(argv, os.environ).drafts:
+        return argv
+    if "--metrics" not in help_flags(server_help(artifact.server)):
+        return argv
+    console.print(
+        f"serve: speculation gate: the server's /metrics counters are read until it has "
+        f"generated {GATE_TOKENS} tokens ({GATE_SWITCH}=off turns this off)"
+    )
+    metrics_on = "--metrics" in argv or os.environ.get("LLAMA_ARG_ENDPOINT_METRICS")
+    return argv if metrics_on else [*argv, "--metrics"]
+
+
+def start_watcher(argv: list[str], host: str, port: int, dialect: str) -> None:
+    """Fork the detached watcher (twice, so the server need not reap it) and return; this
+    process then execs the server, keeping its PID, which the watcher follows."""
+    server = os.getpid()
+    first = os.fork()
+    if first:
+        os.waitpid(first, 0)
+        return
+    try:
+        if os.fork() == 0:
+            os.setsid()
+            watch(argv, host, port, dialect, server)
+    finally:
+        os._exit(0)
+
+
+def loopback_url(host: str, port: int) -> str:
+    """Where the watcher reaches the server: loopback for an all-interfaces address."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def watch(
+    argv: list[str],
+    host: str,
+    port: int,
+    dialect: str,
+    server_pid: int,
+    say=None,
+    poll_s: float | None = None,
+    tokens: int | None = None,
+) -> str | None:
+    """Poll the server's counters until it has generated `tokens` tokens, then print the
+    gate's verdict when it is loud (or that the engine exports no counters) and return it.
+    Returns None when the server exits first."""
+    import sys
+    import time
+
+    from llamaspec.runtime import metrics, specgate
+
+    say = say or (lambda text: print(f"llamaspec serve: {text}", file=sys.stderr, flush=True))
+    poll_s = GATE_POLL_S if poll_s is None else poll_s
+    tokens = GATE_TOKENS if tokens is None else tokens
+    url = loopback_url(host, port)
+    while _alive(server_pid):
+        time.sleep(poll_s)
+        counters = metrics.read(url)
+        if counters is None:
+            continue  # still loading, or between restarts
+        if not counters.available:
+            say(
+                "speculation gate: this server exports no speculation counters (ik_llama.cpp); "
+                "its log's acceptance lines say whether the draft drafts"
+            )
+            return "unknown"
+        if counters.predicted < tokens:
+            continue
+        verdict = specgate.judge(argv, None, counters, dialect=dialect)
+        if verdict.failed:
+            say(verdict.message)
+        return verdict.kind
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
