@@ -259,7 +259,14 @@ STUDY_PROMPTS = (
 )
 STUDY_N_PREDICT = (64, 128)
 SERVER_FLAGS = ("-c", "16384", "-np", "4", "--no-kv-unified", "-fa", "off", "--no-warmup")
-SPEC_FLAGS = ("--spec-type", "draft-mtp")
+SPEC_N_MAX = 3  # the pinned server's default draft length
+
+
+def spec_flags() -> list[str]:
+    """draft-mtp in the pinned upstream server's spelling (no draft file)."""
+    from llamaspec.models.dialects import SpecSettings, spec_args
+
+    return spec_args("upstream", SpecSettings("mtp", n_max=SPEC_N_MAX))
 
 
 @dataclass(frozen=True)
@@ -380,7 +387,7 @@ def study(
     identical count, drafted/accepted, and every divergence with its log-probabilities."""
     out: dict = {"prompts": list(STUDY_PROMPTS), "n_predict": list(STUDY_N_PREDICT)}
     out["server_flags"] = [*SERVER_FLAGS, "-t", str(threads)]
-    out["spec_flags"] = list(SPEC_FLAGS)
+    out["spec_flags"] = spec_flags()
     out["models"] = {}
     for label, model in models.items():
         if say:
@@ -388,7 +395,7 @@ def study(
         plain = greedy_runs(server_bin, model, [], workdir / f"{label}-plain.log", threads)
         if say:
             say(f"study: {label} draft-mtp")
-        spec = greedy_runs(server_bin, model, SPEC_FLAGS, workdir / f"{label}-mtp.log", threads)
+        spec = greedy_runs(server_bin, model, spec_flags(), workdir / f"{label}-mtp.log", threads)
         seq = {(r.prompt, r.n_predict): r.tokens for r in plain if r.mode == "sequential"}
         modes = {}
         for mode in ("sequential", "parallel"):
