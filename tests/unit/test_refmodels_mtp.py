@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFReader
 
 from llamaspec.errors import LlamaspecError
-from llamaspec.proof.refmodels import mtp
+from llamaspec.proof.refmodels import mtp, mtp_study
 
 pytestmark = pytest.mark.unit
 
@@ -88,9 +88,9 @@ def test_q4_k_needs_the_pinned_llama_quantize(tmp_path) -> None:
 
 
 def test_first_difference_counts_a_length_difference() -> None:
-    assert mtp.first_difference([1, 2, 3], [1, 2, 3]) is None
-    assert mtp.first_difference([1, 2, 3], [1, 5, 3]) == 1
-    assert mtp.first_difference([1, 2], [1, 2, 3]) == 2
+    assert mtp_study.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert mtp_study.first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert mtp_study.first_difference([1, 2], [1, 2, 3]) == 2
 
 
 def test_the_study_table_names_each_divergence() -> None:
@@ -117,11 +117,11 @@ def test_the_study_table_names_each_divergence() -> None:
             }
         }
     }
-    md = mtp.study_markdown(result)
+    md = mtp_study.study_markdown(result)
     assert "| Q4_K_M | `m.gguf` (1) | parallel | 7 / 8 | 10 | 4 | 40.0% |" in md
     assert "| 17 | 40 'N' | 41 'O' | -0.01 | -4.6 |" in md
     result["models"]["Q4_K_M"]["divergences"] = []
-    assert "No divergence" in mtp.study_markdown(result)
+    assert "No divergence" in mtp_study.study_markdown(result)
 
 
 def test_the_quantized_near_tie_is_catalogued_for_the_default_upstream_pin() -> None:
