@@ -30,56 +30,34 @@ class Family:
     what: str  # one line for help texts and the coverage table
 
 
+UPSTREAM = ("llama.cpp",)
 FAMILIES: tuple[Family, ...] = (
     Family(
-        "mtp",
-        "mtp",
-        "pair",
-        "llama.cpp",
-        ("mtp",),
-        "a random-weight target with MTP (nextn) layers; its own heads draft",
+        name="mtp", module="mtp", func="pair", engines=UPSTREAM, types=("mtp",),
+        what="a random-weight hy_v3 target with an MTP (NextN) layer; its own head drafts",
     ),
     Family(
-        "eagle3",
-        "eagle3",
-        "pair",
-        "llama.cpp",
-        ("eagle3",),
-        "a random-weight target and an EAGLE-3 draft reading its hidden states",
+        name="gemma4", module="gemma4", func="pair", engines=UPSTREAM, types=("assistant",),
+        what="a random-weight Gemma 4 target and its assistant drafter (draft-mtp with -md)",
     ),
     Family(
-        "gemma4",
-        "gemma4",
-        "pair",
-        "llama.cpp",
-        ("mtp",),
-        "a random-weight Gemma 4 target and its assistant drafter",
+        name="eagle3", module="eagle3", func="pair", engines=UPSTREAM, types=("eagle3",),
+        what="a random-weight llama target and an EAGLE-3 draft reading its hidden states",
     ),
     Family(
-        "dflash",
-        "dflash",
-        "pair",
-        "llama.cpp",
-        ("dflash",),
-        "a random-weight target and a DFlash block drafter",
+        name="dflash", module="dflash", func="pair", engines=UPSTREAM, types=("dflash",),
+        what="a random-weight llama target and a DFlash block drafter",
     ),
     Family(
-        "dspark",
-        "dflash",
-        "dspark_pair",
-        "llama.cpp",
-        ("dspark",),
-        "a random-weight target and a DSpark drafter",
+        name="dspark", module="dflash", func="dspark_pair", engines=UPSTREAM, types=("dspark",),
+        what="the DFlash target and a DSpark drafter (a DFlash backbone with a Markov head)",
     ),
     Family(
-        "glm4moe-mtp",
-        "glm4moe",
-        "pair",
-        "ik_llama.cpp",
-        ("mtp",),
-        "a random-weight GLM-4.5 (glm4moe) target with an MTP layer, for ik_llama.cpp",
+        name="glm4moe-mtp", module="glm4moe", func="pair",
+        engines=("ik_llama.cpp", "llama.cpp"), types=("mtp",),
+        what="a random-weight GLM-4.5-style (glm4moe) target with an MTP (NextN) layer",
     ),
-)
+)  # fmt: skip
 BY_NAME = {f.name: f for f in FAMILIES}
 
 
