@@ -273,3 +273,12 @@ def test_the_open_gpu_finding_is_catalogued_and_rechecked_by_gpu_acceptance() ->
         == names.index("llama.cpp: verify oracle") + 1
     )
     assert not any("re-check" in n for n, _ in gpu.steps(request, "ik_llama.cpp", "ik-1"))
+
+
+def test_the_console_counts_the_flips_the_markdown_lists() -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    verify_report.print_table(_report(), console)
+    out = console.export_text()
+    assert "2 emitted tokens differ from the oracle's choice: 2 passed (1 as near-ties)" in out

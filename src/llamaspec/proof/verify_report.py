@@ -492,4 +492,13 @@ def print_table(report: VerifyReport, console: Console) -> None:
                     console.print(f"    {c.note}")
                 if c.kind != "known-defect":
                     console.print(f"    reference: {c.reference}\n    {who}: {c.speculative}")
+    flips = [f for m in report.methods for c in m.cases for f in c.flips]
+    if flips:
+        passed = [f for f in flips if f.allowed != "over"]
+        near = sum(1 for f in passed if f.allowed == "near-tie")
+        console.print(
+            f"  {len(flips)} emitted tokens differ from the oracle's choice: {len(passed)} "
+            f"passed ({near} as near-ties), {len(flips) - len(passed)} over; each is listed in "
+            "the Markdown report"
+        )
     console.print(f"verify: {'PASSED' if report.passed else 'FAILED'} ({report.wall_seconds:.0f}s)")
