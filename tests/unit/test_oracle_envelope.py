@@ -144,7 +144,7 @@ def _report() -> verify_report.VerifyReport:
     env = verify.calibrate(MODES, {c: {"colors": 0.0, "one": 0.396} for c, _ in MODES})
     flips = [
         verify_report.Flip(3, 9, " three", 8, " red|\n", 0.271, 2, "near-tie"),
-        verify_report.Flip(5, 19, "`x`", 18, "", 0.01, 2, "envelope"),
+        verify_report.Flip(5, 19, "`x`", 18, "", 0.0, 2, "envelope"),  # an exact tie
     ]
     cases = (
         verify_report.Case("colors", "parallel", "within", 3, 0.271, envelope=0.0, flips=flips),
@@ -165,7 +165,7 @@ def test_the_markdown_lists_every_flip_that_passed() -> None:
         "| tuned (recipe's own flags) | colors | parallel | within | 3 | ` three` (id 9) | "
         "` red\\|\\n` (id 8) | 0.271 | 2 | 0.0 | near-tie |",
         "| tuned (recipe's own flags) | colors | parallel | within | 5 | `'x'` (id 19) | "
-        " (id 18) | 0.01 | 2 | 0.0 | envelope |",
+        " (id 18) | 0.0 | 2 | 0.0 | envelope |",
     ]
     # the envelope of each prompt in each mode, and the near-tie rule, are stated
     assert "| colors | 0.0 | 0.0 |" in md and "| one | 0.396 | 0.396 |" in md
