@@ -94,7 +94,7 @@ def _alone_and_with_others(prompt_gaps: dict[str, float]) -> list[verify_report.
         ([*NEAR_TIE[:3], Gap(3, 9, 8, 0.3, 3)], "over-envelope"),
         ([*NEAR_TIE[:3], Gap(3, 9, 8, 6.45, 10)], "over-envelope"),  # a rank-10 token
         ([*NEAR_TIE[:3], Gap(3, 9, 8, math.inf, None)], "over-envelope"),  # outside the top-10
-        ([*NEAR_TIE[:3], Gap(3, 9, 8, 0.9, 2)], "over-envelope"),  # runner-up, far behind
+        ([*NEAR_TIE[:3], Gap(3, 9, 8, 1.2, 2)], "over-envelope"),  # runner-up, far behind
     ],
 )
 def test_the_verdict_does_not_depend_on_the_other_prompts_of_the_file(
@@ -126,17 +126,20 @@ def test_a_flip_the_prompts_own_plain_outputs_show_passes_at_any_rank() -> None:
 def test_every_flip_is_recorded_with_why_it_passed() -> None:
     gaps = [Gap(0, 5, 5, 0.0, 1), Gap(1, 6, 4, 0.05, 2), Gap(2, 9, 8, 0.271, 2)]
     texts = {4: " the", 6: " a", 8: " red", 9: " three"}
-    case = verify.judge_gaps(_case(), gaps, 0.1, text=texts.__getitem__)
+    case = verify.judge_gaps(_case(), gaps, 0.1, verify.NEAR_TIE_NATS, texts.__getitem__)
     assert case.kind == "within" and case.envelope == 0.1 and case.over == []
     assert case.flips == [
         verify_report.Flip(1, 6, " a", 4, " the", 0.05, 2, "envelope"),
         verify_report.Flip(2, 9, " three", 8, " red", 0.271, 2, "near-tie"),
     ]
-    over = verify.judge_gaps(_case(), [*gaps, Gap(3, 11, 12, 2.0, 10)], 0.1)
+    over = verify.judge_gaps(_case(), [*gaps, Gap(3, 11, 12, 2.0, 10)], 0.1, 1.0)
+    assert [f.allowed for f in over.flips][:2] == ["envelope", "near-tie"]
     assert over.kind == "over-envelope" and [f.allowed for f in over.flips][-1] == "over"
     assert over.over == ["token 3: emitted 11, oracle chose 12 (2.000 nats)"]
     # the plain reference's own output, identical to itself, with a flip inside: recorded
-    same = verify.judge_gaps(verify_report.Case("colors", "sequential", "identical"), gaps, 0.3)
+    same = verify.judge_gaps(
+        verify_report.Case("colors", "sequential", "identical"), gaps, 0.3, verify.NEAR_TIE_NATS
+    )
     assert same.kind == "identical" and len(same.flips) == 2
 
 
