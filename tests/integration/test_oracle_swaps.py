@@ -1,6 +1,9 @@
 """The oracle against itself on a real plain server: swapped tokens are judged over the
 envelope, the unmodified greedy output at gap 0 (tests/unit/test_oracle.py does the same
-against a table, near-ties included)."""
+against a table, near-ties included); and the calibrated oracle (issue 43) on the same
+server: a rank-10 token planted at a real near-tie is flagged, the runner-up there passes
+as a near-tie, and so does plain decoding's own output, against an envelope of 0.0 (a
+prompt whose plain outputs flipped nothing, as in the issue)."""
 
 from __future__ import annotations
 
@@ -73,3 +76,80 @@ def test_the_oracle_judges_real_swaps_over_the_envelope(
             assert gap > ENVELOPE and case.max_gap is not None and case.max_gap >= gap
             first = f"token {pos}: emitted {swap}, oracle chose {tokens[pos]} ({where})"
             assert case.over[0] == first, case.over
+
+
+NEAR_TIE_PROMPT = Prompt("near-tie", "The three primary colours of light are", 32)
+
+
+def test_the_calibrated_oracle_passes_real_near_ties_and_flags_a_rank_10_token(
+    upstream_artifact: Artifact, gemma_path: Path, tmp_path: Path
+) -> None:
+    server = upstream_artifact.server
+    args = [*base_args(gemma_path), *determinism_args(server_help(server))]
+    p = NEAR_TIE_PROMPT
+    with running(server, args, tmp_path / "plain.log") as srv:
+        ids = srv.tokenize(p.text)
+
+        def greedy_from(prefix: tuple[int, ...]) -> tuple[tuple[int, ...], list[dict]]:
+            """The oracle path's greedy output after `prefix`, with the top-10 at each step."""
+            tokens, tops = prefix, []
+            while len(tokens) < p.n_predict:
+                chosen, top = next_token_logprobs(srv, [*ids, *tokens])
+                tokens, tops = (*tokens, chosen), [*tops, top]
+            return tokens, tops
+
+        tokens, tops = greedy_from(())
+        greedy = Completion(tokens, "", 0.0, None, None, len(tokens))
+        oracle = Oracle(srv)
+        # this prompt alone, its plain outputs (the oracle path's own) flipping nothing: the
+        # envelope of the issue's prompt, 0.0 in both modes whatever else a file would hold
+        env = verify.calibrate(
+            [("sequential", "sequential"), ("parallel slots", "parallel")],
+            {c: {p.name: 0.0} for c in ("sequential", "parallel slots")},
+        )
+
+        def judged(output: tuple[int, ...], mode: str = "parallel") -> verify_report.Case:
+            spec = Completion(output, "", 0.0, None, None, len(output))
+            case = verify.compare(p, mode, greedy, spec, srv, None)
+            allowance = env.allowance(p.name, mode)
+            return verify.judge_gaps(
+                case, oracle.gaps(p, output), allowance, env.near_tie, oracle.text
+            )
+
+        # the real near-tie: where the oracle's first two choices are closest
+        margins = [
+            (top[o[0]] - top[o[1]], i, o)
+            for i, top in enumerate(tops)
+            for o in [sorted(top, key=lambda t, top=top: -top[t])]
+        ]
+        margin, pos, order = min(margins)
+        assert margin <= env.near_tie, f"no near-tie in this output: {sorted(margins)[:3]}"
+        # the runner-up there, then the model's own greedy continuation (what a speculative
+        # run that took the other side of the tie emits): passes as a near-tie
+        flipped, _ = greedy_from((*tokens[:pos], order[1]))
+        case = judged(flipped)
+        assert (case.kind, case.position, case.over) == ("within", pos, []), case
+        assert [(f.position, f.rank, f.allowed) for f in case.flips] == [(pos, 2, "near-tie")]
+        assert case.flips[0].text == srv.detokenize([order[1]])
+        # a rank-10 token planted at the same position is flagged, with or without the rest
+        for swapped in (
+            (*tokens[:pos], order[9], *tokens[pos + 1 :]),
+            greedy_from((*tokens[:pos], order[9]))[0],
+        ):
+            bad = judged(swapped)
+            assert (bad.kind, bad.position) == ("over-envelope", pos), bad
+            assert bad.over[0].startswith(f"token {pos}: emitted {order[9]}, oracle chose")
+            assert bad.flips[0].rank == 10 and bad.flips[0].allowed == "over"
+        # plain decoding's own output (/completion, one token at a time: it may take the
+        # other side of a near-tie that the oracle's batched prefixes do not): never over
+        plain = verify.run_prompts(srv, [p], parallel=False)[0]
+        mine = judged(plain.tokens, "sequential")  # type: ignore[arg-type]
+        assert mine.kind in ("identical", "within"), mine
+        assert all(f.allowed != "over" for f in mine.flips), mine.flips
+        # the report lists every flip that passed: prompt, mode, token index, text, gap
+        m = verify_report.MethodResult("planted", (), cases=(case, mine))
+        md = verify_report.markdown(
+            verify_report.VerifyReport("art", "t", "oracle", "m", (m,), env)
+        )
+        row = f"| planted | {p.name} | parallel | within | {pos} | "
+        assert any(line.startswith(row) and "near-tie" in line for line in md.splitlines()), md

@@ -1,7 +1,8 @@
 """`llamaspec gpu-acceptance`: every GPU promise checked in one run, on an NVIDIA GPU.
 
 CUDA builds of both engines at their default pins (each smoke-tested), the strict and
-oracle tiers of verify, the ngram recipe and the tuned one benchmarked, and a short tune;
+oracle tiers of verify, a re-check of each open finding (proof.defects.OPEN_FINDINGS) as it
+was seen, the ngram recipe and the tuned one benchmarked, and a short tune;
 every report goes under the reports directory, and a summary names the GPU and the driver.
 Without a visible NVIDIA GPU it stops before doing anything.
 
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from llamaspec import procs
 from llamaspec.engine.build import BUILD_TIMEOUT_S
 from llamaspec.errors import LlamaspecError, choose
+from llamaspec.proof.defects import open_findings
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -53,6 +55,11 @@ def steps(request: Request, engine: str, aid: str) -> list[tuple[str, list[str]]
         (f"{engine}: verify strict", ["verify", "--tier", "strict", *art]),
         (f"{engine}: verify oracle", ["verify", "--tier", "oracle", *art]),
     ]
+    # each open finding of this engine on CUDA, re-checked as it was seen; its reports go
+    # to a folder of their own (the full oracle step above writes the same file names)
+    for f in open_findings(engine, "cuda"):
+        where = ["--dist", str(request.dist), "--reports", str(request.reports / f.id)]
+        out.append((f"{engine}: re-check {f.id}", [*f.check, "--artifact", aid, *where]))
     out += [(f"{engine}: bench {recipe}", ["bench", recipe, *art]) for recipe in RECIPES]
     budget = str(request.tune_budget)
     return [*out, (f"{engine}: tune", ["tune", RECIPES[0], "--budget", budget, *art])]

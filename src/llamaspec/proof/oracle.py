@@ -25,10 +25,16 @@ class Gap:
     token: int
     chosen: int
     gap: float  # nats; inf when the token is outside the oracle's top-k
+    rank: int | None = None  # the token's rank among the oracle's top-k (1: its choice)
 
     @property
     def outside_top_k(self) -> bool:
         return math.isinf(self.gap)
+
+    @property
+    def flipped(self) -> bool:
+        """The emitted token is not the oracle's choice (at a gap of 0.0 on an exact tie)."""
+        return self.token != self.chosen
 
 
 class Oracle:
@@ -38,6 +44,7 @@ class Oracle:
         self.server = server
         self._prompt_ids: dict[str, list[int]] = {}
         self._memo: dict[tuple[str, tuple[int, ...]], tuple[int, dict[int, float]]] = {}
+        self._texts: dict[int, str] = {}
         self.requests = 0
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
@@ -57,8 +64,24 @@ class Oracle:
             chosen, top = self._memo[key]
             best = top.get(chosen, max(top.values(), default=0.0))
             gap = best - top[int(tok)] if int(tok) in top else math.inf
-            out.append(Gap(i, int(tok), chosen, max(0.0, gap)))
+            out.append(Gap(i, int(tok), chosen, max(0.0, gap), _rank(int(tok), chosen, top)))
         return out
+
+    def text(self, token: int) -> str:
+        """One token's text, as the server detokenizes it (memoized)."""
+        if token not in self._texts:
+            self._texts[token] = self.server.detokenize([token])
+        return self._texts[token]
+
+
+def _rank(token: int, chosen: int, top: dict[int, float]) -> int | None:
+    """`token`'s rank among the oracle's top-k: 1 for its choice, else 2 and up by
+    log-probability (ties counted in the token's favour); None outside the top-k."""
+    if token == chosen:
+        return 1
+    if token not in top:
+        return None
+    return 2 + sum(1 for t, lp in top.items() if t not in (token, chosen) and lp > top[token])
 
 
 def max_gap(gaps: Sequence[Gap]) -> float:

@@ -25,6 +25,20 @@ FAILED_KINDS = ("different", "short", "longer", "over-envelope")
 
 
 @dataclass(frozen=True)
+class Flip:
+    """One emitted token that is not the oracle's choice, and why it passed (or did not)."""
+
+    position: int  # the token's index in the output
+    token: int
+    text: str
+    chosen: int  # the oracle's choice
+    chosen_text: str
+    gap: float  # nats; inf outside the oracle's top-k
+    rank: int | None  # the token's rank among the oracle's top-k; None outside it
+    allowed: str  # envelope (this prompt and mode's own) | near-tie | over
+
+
+@dataclass(frozen=True)
 class Case:
     """One prompt in one mode: how the speculative output compares with the reference."""
 
@@ -38,6 +52,8 @@ class Case:
     speculative: str = ""
     defect: str | None = None
     note: str = ""  # why a catalogued short-output defect does not excuse it
+    envelope: float | None = None  # oracle tier: this prompt and mode's envelope, as judged
+    flips: list[Flip] = field(default_factory=list)  # oracle tier: every token not its choice
 
 
 @dataclass(frozen=True)
@@ -80,12 +96,29 @@ class EnvelopeFailure:
 
 @dataclass(frozen=True)
 class Envelope:
-    """The plain output's own largest per-token gap under shape-only configurations."""
+    """The plain output's own largest per-token gap under shape-only configurations.
+
+    An output is judged against its own prompt's envelope in its own mode (`allowance`):
+    the largest gap the plain outputs of that prompt showed under that mode's
+    configurations (`modes`), so no other prompt of the run moves it. `max_gap` and
+    `by_config` summarize the whole run. `near_tie`: the oracle's second choice within
+    this many nats of its first passes whatever the envelope (a near-tie)."""
 
     configs: tuple[str, ...]
     max_gap: float
     by_config: Mapping[str, float] = field(default_factory=dict)
     failures: tuple[EnvelopeFailure, ...] = ()
+    by_prompt: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # → config → gap
+    modes: Mapping[str, str] = field(default_factory=dict)  # config → the mode it calibrates
+    near_tie: float = 0.0
+
+    def allowance(self, prompt: str, mode: str) -> float:
+        """The envelope an output of `prompt` in `mode` is judged against (the whole run's
+        largest gap for an envelope measured before envelopes were per prompt)."""
+        if not self.by_prompt:
+            return self.max_gap
+        gaps = self.by_prompt.get(prompt, {})
+        return max((g for c, g in gaps.items() if self.modes.get(c) == mode), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -207,6 +240,7 @@ def markdown(report: VerifyReport) -> str:
             f"Envelope (no speculation; {', '.join(env.configs)}): max per-token gap "
             f"{env.max_gap:.3f} nats ({', '.join(f'{k}: {v}' for k, v in env.by_config.items())}); "
             f"{report.oracle_requests} oracle requests.",
+            *envelope_lines(env),
             *flags_lines(report),
             "",
             *(
@@ -256,6 +290,7 @@ def markdown(report: VerifyReport) -> str:
     own = own_flags_lines(report)
     if own:
         lines += ["", "## Recipe's own flags vs determinism flags", "", *own]
+    lines += flips_lines(report)
     for m in report.methods:
         who = _under_test(m.method)
         for c in m.cases:
@@ -279,6 +314,69 @@ def markdown(report: VerifyReport) -> str:
         f"Result: {'PASSED' if report.passed else 'FAILED'} in {report.wall_seconds:.0f}s.",
     ]
     return "\n".join(lines) + "\n"
+
+
+MODES = ("sequential", "parallel")
+
+
+def envelope_lines(env: Envelope) -> list[str]:
+    """How the envelope judges: per prompt and mode, and near-ties (nothing for an envelope
+    measured before envelopes were per prompt)."""
+    if not env.by_prompt:
+        return []
+    for_mode = {m: [c for c in env.configs if env.modes.get(c) == m] for m in MODES}
+    return [
+        "",
+        "Each output is judged against its own prompt's envelope in its own mode: the largest "
+        "gap that prompt's plain outputs showed under that mode's configurations (sequential: "
+        f"{', '.join(for_mode['sequential']) or 'none'}; parallel: "
+        f"{', '.join(for_mode['parallel']) or 'none'}), whatever other prompts the run holds. "
+        f"A token over it still passes as a near-tie when it is the oracle's second choice "
+        f"within {env.near_tie} nats of its first; any other token over it fails.",
+        "",
+        "| prompt | sequential | parallel |",
+        "|---|---|---|",
+        *(
+            f"| {p} | {_finite(env.allowance(p, 'sequential'))} | "
+            f"{_finite(env.allowance(p, 'parallel'))} |"
+            for p in env.by_prompt
+        ),
+    ]
+
+
+def _cell(text: str) -> str:
+    """A token's text in a Markdown table cell: visible whitespace, no column breaks."""
+    shown = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+    return "`" + shown.replace("|", "\\|").replace("`", "'") + "`" if shown else ""
+
+
+def flips_lines(report: VerifyReport) -> list[str]:
+    """Every token the oracle would not have chosen, passed or not, one row each."""
+    rows = [
+        f"| {_label(m)} | {c.prompt} | {c.mode} | {c.kind} | {f.position} | {_cell(f.text)} "
+        f"(id {f.token}) | {_cell(f.chosen_text)} (id {f.chosen}) | {_finite(f.gap)} | "
+        f"{f.rank or '>10'} | {_finite(c.envelope)} | {f.allowed} |"
+        for m in report.methods
+        for c in m.cases
+        for f in c.flips
+    ]
+    if report.tier != "oracle" or not rows:
+        return []
+    passed = sum(1 for m in report.methods for c in m.cases for f in c.flips if f.allowed != "over")
+    return [
+        "",
+        "## Tokens the oracle would not have chosen",
+        "",
+        f"{len(rows)} emitted tokens differ from the oracle's choice for their prefix; "
+        f"{passed} passed (within their prompt and mode's envelope, or a near-tie), "
+        f"{len(rows) - passed} did not. Token index counts from the output's first token; the "
+        "gap is in nats, the rank among the oracle's top-10.",
+        "",
+        "| method | prompt | mode | output | token | emitted | oracle's choice | gap | rank | "
+        "envelope | passed as |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def flags_lines(report: VerifyReport) -> list[str]:
@@ -330,8 +428,13 @@ def own_flags_lines(report: VerifyReport) -> list[str]:
         f"Under the determinism flags (`{det}`) the recipe ran as the strict tier needs it to "
         "be exact. Under the recipe's own flags it ran the way `serve` runs it: the "
         "server's defaults for the rest, no determinism flags. Against the same reference "
-        "and envelope "
-        f"({s['envelope']} nats): {s['identical']} of {s['outputs']} outputs identical, "
+        + (
+            "and the same envelopes (per prompt and mode, the largest "
+            f"{s['envelope']} nats; near-ties to {report.envelope.near_tie} nats): "
+            if report.envelope is not None and report.envelope.by_prompt
+            else f"and envelope ({s['envelope']} nats): "
+        )
+        + f"{s['identical']} of {s['outputs']} outputs identical, "
         f"{s['within_envelope']} within the envelope, {s['over_envelope']} over it"
         + (f", {s['other_failures']} cut short or failed otherwise" if s["other_failures"] else "")
         + f"; the largest per-token gap {s['max_gap']} nats.",
@@ -389,4 +492,13 @@ def print_table(report: VerifyReport, console: Console) -> None:
                     console.print(f"    {c.note}")
                 if c.kind != "known-defect":
                     console.print(f"    reference: {c.reference}\n    {who}: {c.speculative}")
+    flips = [f for m in report.methods for c in m.cases for f in c.flips]
+    if flips:
+        passed = [f for f in flips if f.allowed != "over"]
+        near = sum(1 for f in passed if f.allowed == "near-tie")
+        console.print(
+            f"  {len(flips)} emitted tokens differ from the oracle's choice: {len(passed)} "
+            f"passed ({near} as near-ties), {len(flips) - len(passed)} over; each is listed in "
+            "the Markdown report"
+        )
     console.print(f"verify: {'PASSED' if report.passed else 'FAILED'} ({report.wall_seconds:.0f}s)")
