@@ -154,7 +154,9 @@ def write(cov: Coverage, out_dir: Path) -> Path:
     """verify-<artifact>-coverage.json and .md into `out_dir`; the Markdown's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / f"verify-{cov.artifact_id}-coverage"
-    data = {**asdict(cov), "complete": not cov.uncovered}
+    covered = sum(r.covered for r in cov.rows)
+    data = {**asdict(cov), "offered": len(cov.rows), "covered": covered}
+    data["complete"] = not cov.uncovered
     stem.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
     stem.with_suffix(".md").write_text(markdown(cov))
     return stem.with_suffix(".md")
