@@ -23,6 +23,7 @@ def cli(
             "PATH": path,
             "LLAMASPEC_CACHE": str(env_cache),
             "HOME": str(env_cache),
+            "PYTHONPATH": str(ROOT / "src"),  # this checkout's code, whatever is installed
             **(env or {}),
         },
         check=False,

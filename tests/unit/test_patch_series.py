@@ -315,6 +315,7 @@ def test_ik_hybrid_defect_names_the_series_and_stops_with_it_applied() -> None:
     manifest["patches"].append({"id": "ik-spec-full-output", "status": "applied"})
     assert [d.id for d in defects_for(manifest)] == [
         "ik-hybrid-parallel-slots",
+        "ik-mtp-parallel-slots",
         "ik-parallel-slots",
     ]
 
