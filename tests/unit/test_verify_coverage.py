@@ -67,6 +67,19 @@ def test_rows_say_covered_or_why_not() -> None:
     assert {r.engine_type for r in cov.uncovered} == set(rows) - {"ngram-mod"}
 
 
+def test_an_output_a_catalogued_defect_cut_short_is_not_coverage() -> None:
+    m = MethodResult(
+        "ngram-mod", (),
+        cases=(Case("p", "sequential", "identical"), Case("p", "parallel", "known-defect",
+               defect="known defect ik-spec-short-output: cut short (fix: …)")),
+        drafted=9, accepted=9,
+    )  # fmt: skip
+    cov = coverage.coverage("a-1", "ik_llama.cpp", "ik-legacy", IK, [_report("emb", m)], {})
+    row = next(r for r in cov.rows if r.engine_type == "ngram-mod")
+    assert not row.covered
+    assert row.why == "1 output(s) cut short by the catalogued defect ik-spec-short-output"
+
+
 def test_a_covered_type_needs_both_modes(tmp_path: Path) -> None:
     seq_only = _report("hybrid", _result("ngram-simple", [("sequential", "identical")]))
     cov = coverage.coverage("a-1", "llama.cpp", "upstream", UPSTREAM, [seq_only], {})

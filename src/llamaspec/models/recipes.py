@@ -206,7 +206,11 @@ def check_spec_types(cmd: ServerCommand, recipe: Recipe, help_text: str, build: 
     named = ", ".join(
         f"{neutral[w]} ({flag} {w})" if neutral.get(w, w) != w else w for w in lacking
     )
-    offered = sorted(neutral.get(c, c) for c in choices if c != "none")
+    # every llamaspec name for each offered type (draft-mtp: mtp, and assistant with a file)
+    offered = sorted(
+        {k for k, v in d.type_names.items() if v in choices}
+        | {c for c in choices if c != "none" and c not in neutral}
+    )
     raise LlamaspecError(
         f"Recipe {recipe.name!r} asks for spec type {named}, which {build} does not offer: "
         f"its --spec-type accepts {', '.join(sorted(choices))}, so the recipe could not draft "
