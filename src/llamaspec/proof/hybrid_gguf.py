@@ -12,30 +12,19 @@ whose tokens are mostly rejected).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from llamaspec.paths import cache_dir
+from llamaspec.proof.refmodels import common
 
 VERSION = 1  # bump when the layout or the weights change: the cache directory follows it
 N_EMBD, N_LAYER, N_FF, ATTN_EVERY = 256, 4, 384, 2  # layers 1 and 3 attend; 0 and 2 recur
 N_HEAD, HEAD_DIM = 2, 128
 SSM_STATE, SSM_GROUPS, SSM_V_HEADS, SSM_CONV = 128, 2, 2, 4
 CONTEXT = 4096
-
-# SentencePiece token types (llama.cpp's llama_token_type)
-NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
-
-
-def vocabulary() -> tuple[list[str], list[int]]:
-    """<unk> <s> </s>, newline and tab as byte tokens, `▁` for space, printable ASCII."""
-    tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0x09>", "\u2581"]
-    types = [UNKNOWN, CONTROL, CONTROL, BYTE, BYTE, NORMAL]
-    for code in range(0x21, 0x7F):
-        tokens.append(chr(code))
-        types.append(NORMAL)
-    return tokens, types
 
 
 def hybrid_gguf(seed: int = 1, say: Callable[[str], None] | None = None) -> Path:
@@ -58,15 +47,10 @@ def write(path: Path, seed: int) -> None:
     from gguf import GGUFWriter
 
     rng = np.random.default_rng(seed)
-    tokens, types = vocabulary()
+    tokens, types = common.vocabulary()
     n_vocab = len(tokens)
-
-    def dense(rows: int, cols: int, gain: float = 1.0) -> np.ndarray:
-        """(rows, cols) = GGUF shape [cols, rows]: `cols` inputs, unit-variance outputs."""
-        return (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n: int) -> np.ndarray:
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    dense = functools.partial(common.dense, rng)
+    norm = functools.partial(common.norm, rng, spread=0.1)
 
     w = GGUFWriter(str(path), arch="qwen35")
     w.add_name(f"llamaspec random qwen35 hybrid (seed {seed})")
@@ -88,15 +72,7 @@ def write(path: Path, seed: int) -> None:
     w.add_ssm_time_step_rank(SSM_V_HEADS)
     w.add_ssm_group_count(SSM_GROUPS)
     w.add_uint32("qwen35.full_attention_interval", ATTN_EVERY)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0] * n_vocab)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(False)
-    w.add_add_eos_token(False)
+    common.add_tokenizer(w, tokens, types)
 
     key_dim, value_dim = SSM_STATE * SSM_GROUPS, SSM_STATE * SSM_V_HEADS
     conv_dim = 2 * key_dim + value_dim
@@ -130,7 +106,4 @@ def write(path: Path, seed: int) -> None:
         w.add_tensor(f"{blk}.ffn_gate.weight", dense(N_FF, N_EMBD))
         w.add_tensor(f"{blk}.ffn_up.weight", dense(N_FF, N_EMBD))
         w.add_tensor(f"{blk}.ffn_down.weight", dense(N_EMBD, N_FF))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    common.finish(w)

@@ -4,6 +4,8 @@ Each family module (mtp, eagle3, gemma4, dflash, ...) writes an F32 target and, 
 type reads one, its draft, with the `gguf` package into the llamaspec cache, and returns a
 `RefPair`: what verify serves and which speculation types the pair exercises. Files are
 written once per (family, VERSION, seed) through `cached`, atomically.
+`common` holds what the families share: the character-level vocabulary and its tokenizer
+keys, the dense and norm weight draws, the writer's last steps.
 
 May import: the base modules, llamaspec.engine, llamaspec.models and llamaspec.runtime.
 """

@@ -38,10 +38,10 @@ algebra routine is used to make weights: the bytes do not depend on the BLAS.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
-from llamaspec.proof.refmodels import RefPair, Say, cached
+from llamaspec.proof.refmodels import RefPair, Say, cached, common
 
 VERSION = 1  # bump when the layout or the weights change: the cache directory follows it
 FAMILY = "dflash"
@@ -67,38 +67,19 @@ MARKOV_RANK = N_EMBD - 1
 MARKOV_GAIN = 1.0
 MARKOV_NOISE = 0.2  # relative to the head's weights: ~77% of the bigram choices kept
 
-# SentencePiece token types (llama.cpp's llama_token_type)
-NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
-
 
 def vocabulary() -> tuple[list[str], list[int]]:
     """<unk> <s> </s>, newline and tab as byte tokens, `▁` for space, printable ASCII, and
     last a `<mask>` control token (the drafters' noise token)."""
-    tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0x09>", "\u2581"]
-    types = [UNKNOWN, CONTROL, CONTROL, BYTE, BYTE, NORMAL]
-    for code in range(0x21, 0x7F):
-        tokens.append(chr(code))
-        types.append(NORMAL)
-    tokens.append("<mask>")
-    types.append(CONTROL)
-    return tokens, types
+    tokens, types = common.vocabulary()
+    return [*tokens, "<mask>"], [*types, common.CONTROL]
 
 
 MASK_ID = len(vocabulary()[0]) - 1
 
 
 def _tokenizer(w) -> None:
-    tokens, types = vocabulary()
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0] * len(tokens))
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_mask_token_id(MASK_ID)
-    w.add_add_bos_token(False)
-    w.add_add_eos_token(False)
+    common.add_tokenizer(w, *vocabulary(), mask_id=MASK_ID)
 
 
 @cache
@@ -108,12 +89,8 @@ def _target_weights(seed: int) -> dict:
 
     rng = np.random.default_rng(seed)
     n_vocab = len(vocabulary()[0])
-
-    def dense(rows: int, cols: int, gain: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n: int) -> np.ndarray:
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    dense = partial(common.dense, rng)
+    norm = partial(common.norm, rng, spread=0.1)
 
     embd = rng.standard_normal((n_vocab, N_EMBD)).astype(np.float32)
     embd[:, 0] = REAL
@@ -122,16 +99,7 @@ def _target_weights(seed: int) -> dict:
     out[[0, 1, 2, MASK_ID]] = 0.0  # logit 0 for <unk> <s> </s> <mask>: never the argmax
     t = {"token_embd.weight": embd, "output_norm.weight": norm(N_EMBD), "output.weight": out}
     for i in range(N_LAYER):
-        blk = f"blk.{i}"
-        t[f"{blk}.attn_norm.weight"] = norm(N_EMBD)
-        t[f"{blk}.attn_q.weight"] = dense(N_EMBD, N_EMBD)
-        t[f"{blk}.attn_k.weight"] = dense(N_EMBD, N_EMBD)
-        t[f"{blk}.attn_v.weight"] = dense(N_EMBD, N_EMBD)
-        t[f"{blk}.attn_output.weight"] = dense(N_EMBD, N_EMBD, BRANCH_GAIN)
-        t[f"{blk}.ffn_norm.weight"] = norm(N_EMBD)
-        t[f"{blk}.ffn_gate.weight"] = dense(N_FF, N_EMBD)
-        t[f"{blk}.ffn_up.weight"] = dense(N_FF, N_EMBD)
-        t[f"{blk}.ffn_down.weight"] = dense(N_EMBD, N_FF, BRANCH_GAIN)
+        t |= common.llama_layer(dense, norm, f"blk.{i}", N_EMBD, N_FF, BRANCH_GAIN)
     for a in t.values():
         a.setflags(write=False)
     return t
@@ -170,14 +138,7 @@ def write_target(path: Path, seed: int) -> None:
     _tokenizer(w)
     for name, a in _target_weights(seed).items():
         w.add_tensor(name, a)
-    _finish(w)
-
-
-def _finish(w) -> None:
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    common.finish(w)
 
 
 def write_draft(path: Path, seed: int, dspark: bool) -> None:
@@ -190,7 +151,7 @@ def write_draft(path: Path, seed: int, dspark: bool) -> None:
     n_enc = len(TARGET_LAYERS) * N_EMBD
 
     def small(rows: int, cols: int, gain: float = 0.02) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
+        return common.dense(rng, rows, cols, gain)
 
     w = GGUFWriter(str(path), arch="dflash")
     kind = "dspark" if dspark else "dflash"
@@ -264,7 +225,7 @@ def write_draft(path: Path, seed: int, dspark: bool) -> None:
         # confidence head: sigmoid(0 + 4) ~ 0.98 everywhere (drafts pass a --spec-draft-p-min)
         w.add_tensor("conf_proj.weight", np.zeros((1, N_EMBD + MARKOV_RANK), np.float32))
         w.add_tensor("conf_proj.bias", np.full(1, 4.0, np.float32))
-    _finish(w)
+    common.finish(w)
 
 
 def _target(seed: int, say: Say | None) -> Path:

@@ -32,9 +32,10 @@ is `common_speculative_impl_draft_eagle3` in `common/speculative.cpp`.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
-from llamaspec.proof.refmodels import RefPair, Say, cached
+from llamaspec.proof.refmodels import RefPair, Say, cached, common
 
 VERSION = 1  # bump when the layout or the weights change: the cache key follows it
 N_EMBD, N_LAYER, N_FF, N_HEAD = 64, 4, 128, 2
@@ -52,51 +53,15 @@ G_MIX = 0.15  # draft: attn_norm_2, the weight of rmsnorm(g) in the residual
 DRAFT_FFN_GAIN = 0.1  # draft: ffn_down gain
 NOISE = 0.02  # draft: random part of the structured matrices
 
-# SentencePiece token types (llama.cpp's llama_token_type)
-NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
-
-
-def vocabulary() -> tuple[list[str], list[int]]:
-    """<unk> <s> </s>, newline and tab as byte tokens, `▁` for space, printable ASCII."""
-    tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0x09>", "\u2581"]
-    types = [UNKNOWN, CONTROL, CONTROL, BYTE, BYTE, NORMAL]
-    for code in range(0x21, 0x7F):
-        tokens.append(chr(code))
-        types.append(NORMAL)
-    return tokens, types
-
-
-def _tokenizer(w, tokens: list[str], types: list[int]) -> None:
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0] * len(tokens))
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(False)
-    w.add_add_eos_token(False)
-
-
-def _finish(w) -> None:
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
 
 def weights(seed: int) -> dict[str, dict]:
     """Every tensor of both files, (rows, cols) numpy arrays (GGUF shape [cols, rows])."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    n_vocab = len(vocabulary()[0])
-
-    def dense(rows: int, cols: int, gain: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n: int, scale: float = 1.0) -> np.ndarray:
-        return (scale * (1.0 + 0.05 * rng.standard_normal(n))).astype(np.float32)
+    n_vocab = len(common.vocabulary()[0])
+    dense = functools.partial(common.dense, rng)
+    norm = functools.partial(common.norm, rng, spread=0.05)
 
     target: dict = {
         "token_embd.weight": rng.standard_normal((n_vocab, N_EMBD)).astype(np.float32),
@@ -104,16 +69,7 @@ def weights(seed: int) -> dict[str, dict]:
         "output.weight": dense(n_vocab, N_EMBD, HEAD_GAIN),
     }
     for i in range(N_LAYER):
-        blk = f"blk.{i}"
-        target[f"{blk}.attn_norm.weight"] = norm(N_EMBD)
-        target[f"{blk}.attn_q.weight"] = dense(N_EMBD, N_EMBD)
-        target[f"{blk}.attn_k.weight"] = dense(N_EMBD, N_EMBD)
-        target[f"{blk}.attn_v.weight"] = dense(N_EMBD, N_EMBD)
-        target[f"{blk}.attn_output.weight"] = dense(N_EMBD, N_EMBD, TARGET_GAIN)
-        target[f"{blk}.ffn_norm.weight"] = norm(N_EMBD)
-        target[f"{blk}.ffn_gate.weight"] = dense(N_FF, N_EMBD)
-        target[f"{blk}.ffn_up.weight"] = dense(N_FF, N_EMBD)
-        target[f"{blk}.ffn_down.weight"] = dense(N_EMBD, N_FF, TARGET_GAIN)
+        target |= common.llama_layer(dense, norm, f"blk.{i}", N_EMBD, N_FF, TARGET_GAIN)
 
     # draft: the decoder's attention input is [rmsnorm(embd) * attn_norm ; g_norm] (2 * N_EMBD)
     eye = np.eye(N_EMBD, dtype=np.float32)
@@ -145,7 +101,7 @@ def weights(seed: int) -> dict[str, dict]:
 def write_target(path: Path, seed: int) -> None:
     from gguf import GGUFWriter
 
-    tokens, types = vocabulary()
+    tokens, types = common.vocabulary()
     w = GGUFWriter(str(path), arch="llama")
     w.add_name(f"llamaspec reference eagle3 target (llama, seed {seed})")
     w.add_context_length(CONTEXT)
@@ -158,16 +114,16 @@ def write_target(path: Path, seed: int) -> None:
     w.add_rope_dimension_count(HEAD_DIM)
     w.add_rope_freq_base(10000.0)
     w.add_vocab_size(len(tokens))
-    _tokenizer(w, tokens, types)
+    common.add_tokenizer(w, tokens, types)
     for name, data in weights(seed)["target"].items():
         w.add_tensor(name, data)
-    _finish(w)
+    common.finish(w)
 
 
 def write_draft(path: Path, seed: int) -> None:
     from gguf import GGUFWriter
 
-    tokens, types = vocabulary()
+    tokens, types = common.vocabulary()
     w = GGUFWriter(str(path), arch="eagle3")
     w.add_name(f"llamaspec reference eagle3 draft (seed {seed})")
     w.add_context_length(CONTEXT)
@@ -183,10 +139,10 @@ def write_draft(path: Path, seed: int) -> None:
     w.add_array("eagle3.target_layers", list(TARGET_LAYERS))
     w.add_uint32("eagle3.target_hidden_size", N_EMBD)
     w.add_bool("eagle3.norm_before_residual", True)
-    _tokenizer(w, tokens, types)
+    common.add_tokenizer(w, tokens, types)
     for name, data in weights(seed)["draft"].items():
         w.add_tensor(name, data)
-    _finish(w)
+    common.finish(w)
 
 
 HOW = (

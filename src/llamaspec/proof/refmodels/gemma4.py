@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from llamaspec.proof.refmodels import RefPair, Say, cached
+from llamaspec.proof.refmodels import RefPair, Say, cached, common
 
 VERSION = 1  # bump when the layout or the weights change: the cache directory follows it
 FAMILY = "gemma4"
@@ -64,20 +64,6 @@ LOGIT_SCALE = 12.0  # the bigram's preferred successor scores about this
 SECOND_BEST = (0.55, 0.98)  # the runner-up successor's score, as a fraction of the first's
 
 TARGET_FILE, DRAFT_FILE = "gemma4-target.gguf", "gemma4-assistant.gguf"
-
-# SentencePiece token types (llama.cpp's llama_token_type)
-NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
-
-
-def vocabulary() -> tuple[list[str], list[int]]:
-    """Character level: <unk> <s> </s>, newline and tab as byte tokens, `▁` for space,
-    printable ASCII (the same vocabulary as `hybrid_gguf`'s)."""
-    tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0x09>", "\u2581"]
-    types = [UNKNOWN, CONTROL, CONTROL, BYTE, BYTE, NORMAL]
-    for code in range(0x21, 0x7F):
-        tokens.append(chr(code))
-        types.append(NORMAL)
-    return tokens, types
 
 
 def pair(seed: int = 1, say: Say | None = None) -> RefPair:
@@ -111,14 +97,10 @@ def _arrays(seed: int) -> dict[str, dict]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    tokens, types = vocabulary()
+    tokens, types = common.vocabulary()
     n_vocab = len(tokens)
-
-    def dense(rows: int, cols: int, gain: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n: int, gain: float = 1.0) -> np.ndarray:
-        return (gain * (1.0 + 0.1 * rng.standard_normal(n))).astype(np.float32)
+    dense = functools.partial(common.dense, rng)
+    norm = functools.partial(common.norm, rng, spread=0.1)
 
     def rope_freqs(head_dim: int) -> np.ndarray:
         n_rot = int(head_dim * ROTARY_FRACTION / 2)
@@ -133,7 +115,7 @@ def _arrays(seed: int) -> dict[str, dict]:
 
     # bigram table: a first and a close second successor for each token, among the
     # printable tokens only (no control or byte tokens: generation never stops early)
-    normal = [i for i, t in enumerate(types) if t == NORMAL]
+    normal = [i for i, t in enumerate(types) if t == common.NORMAL]
     prefer = np.zeros((n_vocab, n_vocab))  # prefer[j, i]: how much j follows i
     picks = np.array(normal)[rng.random((n_vocab, len(normal))).argsort(axis=1)[:, :2]]
     rows = np.arange(n_vocab)
@@ -204,7 +186,7 @@ def write(path: Path, seed: int, which: str) -> None:
     from gguf import GGUFWriter
 
     tensors = _arrays(seed)[which]
-    tokens, types = vocabulary()
+    tokens, types = common.vocabulary()
     target = which == "target"
     arch = "gemma4" if target else "gemma4-assistant"
     pattern = SWA_PATTERN if target else A_SWA_PATTERN
@@ -234,18 +216,7 @@ def write(path: Path, seed: int, which: str) -> None:
     else:
         w.add_uint32(f"{arch}.embedding_length_out", N_EMBD)  # the target's width
         w.add_uint32(f"{arch}.nextn_predict_layers", len(pattern))  # every layer is a head
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0] * len(tokens))
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    common.add_tokenizer(w, tokens, types, add_bos=True)
     for name, array in tensors.items():
         w.add_tensor(name, array)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    common.finish(w)

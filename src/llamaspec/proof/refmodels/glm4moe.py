@@ -35,9 +35,10 @@ matches while ik's output departs from the plain one on some prompts (an ik defe
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
-from llamaspec.proof.refmodels import RefPair, Say, cached
+from llamaspec.proof.refmodels import RefPair, Say, cached, common
 
 VERSION = 2  # bump when the layout or the weights change: the cache key follows it
 ARCH = "glm4moe"
@@ -49,20 +50,8 @@ CONTEXT = 16384
 # the output head (logits in units)
 TRUNK_GAIN, NEXTN_GAIN, HEAD_GAIN, HIDDEN_GAIN = 0.3, 0.02, 3.0, 0.02
 
-# SentencePiece token types (llama.cpp's llama_token_type)
-NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
 ROUTE_BIAS = [0.5] * N_EXPERT_USED + [-0.5] * (N_EXPERT - N_EXPERT_USED)
 N_SPECIAL = 3  # <unk> <s> </s>: never predicted (zero rows in the output head)
-
-
-def vocabulary() -> tuple[list[str], list[int]]:
-    """<unk> <s> </s>, newline and tab as byte tokens, `▁` for space, printable ASCII."""
-    tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0x09>", "\u2581"]
-    types = [UNKNOWN, CONTROL, CONTROL, BYTE, BYTE, NORMAL]
-    for code in range(0x21, 0x7F):
-        tokens.append(chr(code))
-        types.append(NORMAL)
-    return tokens, types
 
 
 HOW = (
@@ -97,19 +86,14 @@ def write(path: Path, seed: int) -> None:
     from gguf import GGUFWriter
 
     rng = np.random.default_rng(seed)
-    tokens, types = vocabulary()
+    tokens, types = common.vocabulary()
     n_vocab = len(tokens)
     f32 = np.float32
-
-    def dense(rows: int, cols: int, gain: float = 1.0) -> np.ndarray:
-        """(rows, cols) = GGUF shape [cols, rows]: `cols` inputs, unit-variance outputs."""
-        return (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(f32)
+    dense = functools.partial(common.dense, rng)
+    norm = functools.partial(common.norm, rng, spread=0.05)
 
     def experts(rows: int, cols: int, gain: float = 1.0) -> np.ndarray:
         return (rng.standard_normal((N_EXPERT, rows, cols)) * gain / np.sqrt(cols)).astype(f32)
-
-    def norm(n: int) -> np.ndarray:
-        return (1.0 + 0.05 * rng.standard_normal(n)).astype(f32)
 
     def bias(n: int) -> np.ndarray:
         return (0.1 * rng.standard_normal(n)).astype(f32)
@@ -136,15 +120,7 @@ def write(path: Path, seed: int) -> None:
     w.add_expert_weights_norm(True)
     w.add_uint32(f"{ARCH}.expert_gating_func", 2)  # sigmoid (llama.cpp and ik: 2)
     w.add_uint32(f"{ARCH}.nextn_predict_layers", N_NEXTN)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0] * n_vocab)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(False)
-    w.add_add_eos_token(False)
+    common.add_tokenizer(w, tokens, types)
 
     embd = rng.standard_normal((n_vocab, N_EMBD)).astype(f32)
     head = dense(n_vocab, N_EMBD, gain=HEAD_GAIN)
@@ -194,7 +170,4 @@ def write(path: Path, seed: int) -> None:
         w.add_tensor(f"{blk}.nextn.embed_tokens.weight", embd.copy())
         w.add_tensor(f"{blk}.nextn.shared_head_norm.weight", out_norm.copy())
         w.add_tensor(f"{blk}.nextn.shared_head_head.weight", head.copy())
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    common.finish(w)

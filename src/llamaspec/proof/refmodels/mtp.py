@@ -33,12 +33,13 @@ Weights are F32 from numpy's PCG64 with a fixed seed; the vocabulary is characte
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 from llamaspec import procs
 from llamaspec.errors import LlamaspecError
-from llamaspec.proof.refmodels import RefPair, Say, cached
+from llamaspec.proof.refmodels import RefPair, Say, cached, common
 
 VERSION = 1  # bump when the layout or the weights change: the cache key follows it
 ARCH = "hy_v3"
@@ -52,9 +53,6 @@ BRANCH_GAIN = 0.2  # trunk residual branches: the embedding dominates the stream
 MTP_H_GAIN = 0.15  # how much of the target's hidden state the MTP head mixes in
 MTP_BRANCH_GAIN = 0.1
 
-# SentencePiece token types (llama.cpp's llama_token_type)
-NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
-
 HOW = (
     "A random-weight F32 `hy_v3` model (upstream's loader src/models/hy-v3.cpp) with two "
     "dense trunk blocks and one NextN block (`hy_v3.nextn_predict_layers = 1`), written "
@@ -66,16 +64,6 @@ HOW = (
     "`--spec-type draft-mtp` and no draft file: the pinned engine makes an MTP context "
     "on the target's own weights (common/common.cpp, common/speculative.cpp)."
 )
-
-
-def vocabulary() -> tuple[list[str], list[int]]:
-    """<unk> <s> </s>, newline and tab as byte tokens, `▁` for space, printable ASCII."""
-    tokens = ["<unk>", "<s>", "</s>", "<0x0A>", "<0x09>", "\u2581"]
-    types = [UNKNOWN, CONTROL, CONTROL, BYTE, BYTE, NORMAL]
-    for code in range(0x21, 0x7F):
-        tokens.append(chr(code))
-        types.append(NORMAL)
-    return tokens, types
 
 
 def pair(seed: int = 1, say: Say | None = None) -> RefPair:
@@ -96,16 +84,11 @@ def write(path: Path, seed: int) -> None:
     from gguf import GGUFWriter
 
     rng = np.random.default_rng(seed)
-    tokens, types = vocabulary()
+    tokens, types = common.vocabulary()
     n_vocab = len(tokens)
     n_all = N_TRUNK + N_NEXTN
-
-    def dense(rows: int, cols: int, gain: float = 1.0) -> np.ndarray:
-        """(rows, cols) = GGUF shape [cols, rows]: `cols` inputs, unit-variance outputs."""
-        return (rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
-
-    def norm(n: int) -> np.ndarray:
-        return (1.0 + 0.05 * rng.standard_normal(n)).astype(np.float32)
+    dense = functools.partial(common.dense, rng)
+    norm = functools.partial(common.norm, rng, spread=0.05)
 
     w = GGUFWriter(str(path), arch=ARCH)
     w.add_name(f"llamaspec random hy_v3 with MTP (seed {seed})")
@@ -122,15 +105,7 @@ def write(path: Path, seed: int) -> None:
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_dimension_count(HEAD_DIM)
     w.add_rope_freq_base(10000.0)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0] * n_vocab)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(False)
-    w.add_add_eos_token(False)
+    common.add_tokenizer(w, tokens, types)
 
     w.add_tensor("token_embd.weight", rng.standard_normal((n_vocab, N_EMBD)).astype(np.float32))
     w.add_tensor("output_norm.weight", norm(N_EMBD))
@@ -160,10 +135,7 @@ def write(path: Path, seed: int) -> None:
             w.add_tensor(f"{blk}.nextn.enorm.weight", np.ones(N_EMBD, dtype=np.float32))
             w.add_tensor(f"{blk}.nextn.hnorm.weight", np.ones(N_EMBD, dtype=np.float32))
             w.add_tensor(f"{blk}.nextn.shared_head_norm.weight", norm(N_EMBD))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    common.finish(w)
 
 
 # --- quantized copies (issue 43 item 4: the oracle tier on quantized targets) -----------
@@ -230,10 +202,7 @@ def _write_q8_0(src: Path, dst: Path) -> None:
             )
         else:
             w.add_tensor(t.name, data)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    common.finish(w)
 
 
 def _run_llama_quantize(binary: Path | None, src: Path, dst: Path, qtype: str) -> None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llamaspec.proof.refmodels import Say
-from llamaspec.proof.refmodels.mtp import VERSION, pair, quantized, vocabulary
+from llamaspec.proof.refmodels.common import vocabulary
+from llamaspec.proof.refmodels.mtp import VERSION, pair, quantized
 
 # --- the greedy comparison on quantized copies (upstream #25618) -------------------------
 
