@@ -96,10 +96,11 @@ def test_find_measure_and_verify_for_the_embedded_model(
     msg = " ".join(small.stderr.split())
     assert small.returncode == 2 and "No compatible draft fits in --memory 0.3 GiB" in msg, msg
 
+    # an F32 check and a timed run: 4-9 min on 2 cores, more under load
     proc = env.cli(
         "draft", "find", EMBEDDED, "--measure", "--memory", "4", "--top", "1",
         "--ctx", "2048", "--dist", dist, "--artifact", upstream_artifact.id,
-        "--reports", str(env.root / "reports"),
+        "--reports", str(env.root / "reports"), timeout=1200,
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -115,5 +116,6 @@ def test_find_measure_and_verify_for_the_embedded_model(
     verified = env.cli(
         "verify", "--recipe", f"{EMBEDDED}-draft", "--dist", dist,
         "--artifact", upstream_artifact.id, "--reports", str(env.root / "reports"),
+        timeout=1200,
     )  # fmt: skip
     assert verified.returncode == 0, verified.stdout + verified.stderr

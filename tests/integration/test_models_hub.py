@@ -54,7 +54,9 @@ class Env:
             yaml.safe_dump({"models": self.models, "pairs": self.pairs})
         )
 
-    def cli(self, *args: str, pre: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess:
+    def cli(
+        self, *args: str, pre: tuple[str, ...] = (), timeout: int = 600, **env: str
+    ) -> subprocess.CompletedProcess:
         self.write()
         return subprocess.run(
             [*pre, sys.executable, "-m", "llamaspec.cli", *args],
@@ -62,7 +64,7 @@ class Env:
             capture_output=True,
             text=True,
             env={**self.env, **env},
-            timeout=600,
+            timeout=timeout,
             check=False,
         )
 
