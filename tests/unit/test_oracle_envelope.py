@@ -4,7 +4,7 @@ Issue 43: on four unseen prompts one parallel output flipped at a 0.271-nat near
 against an envelope of 0.092 measured over the whole file, and failed the run; beside a
 one-token prompt whose plain outputs flipped at 0.396 the same flip would have passed. Here
 the envelope an output meets is its own prompt's in its own mode, so the verdict does not
-depend on the other prompts of the file; the oracle's second choice within a near-tie
+depend on the other prompts of the file; the oracle's top-three choices within a near-tie
 passes; a lower choice over the envelope still fails; every flip is in the Markdown.
 """
 
@@ -89,9 +89,10 @@ def _alone_and_with_others(prompt_gaps: dict[str, float]) -> list[verify_report.
     ("gaps", "kind"),
     [
         (NEAR_TIE, "within"),  # a near-tie between the two first choices: passes
-        # the oracle's third choice 0.3 nats behind: the one-token prompt's envelope (0.396)
+        # the oracle's fourth choice 0.3 nats behind: the one-token prompt's envelope (0.396)
         # would have passed it over the whole file; its own prompt's (0.0) does not
-        ([*NEAR_TIE[:3], Gap(3, 9, 8, 0.3, 3)], "over-envelope"),
+        ([*NEAR_TIE[:3], Gap(3, 9, 8, 0.3, 4)], "over-envelope"),
+        ([*NEAR_TIE[:3], Gap(3, 9, 8, 0.157, 3)], "within"),  # a three-way near-tie
         ([*NEAR_TIE[:3], Gap(3, 9, 8, 6.45, 10)], "over-envelope"),  # a rank-10 token
         ([*NEAR_TIE[:3], Gap(3, 9, 8, math.inf, None)], "over-envelope"),  # outside the top-10
         ([*NEAR_TIE[:3], Gap(3, 9, 8, 1.2, 2)], "over-envelope"),  # runner-up, far behind
@@ -112,9 +113,9 @@ def test_the_verdict_does_not_depend_on_the_other_prompts_of_the_file(
 
 
 def test_a_flip_the_prompts_own_plain_outputs_show_passes_at_any_rank() -> None:
-    """A rank-3 flip at 0.3 nats passes where that prompt's own plain outputs on parallel
+    """A rank-4 flip at 0.3 nats passes where that prompt's own plain outputs on parallel
     slots reached 0.35 (not because another prompt's did), and only in that mode."""
-    gaps = [*NEAR_TIE[:3], Gap(3, 9, 8, 0.3, 3)]
+    gaps = [*NEAR_TIE[:3], Gap(3, 9, 8, 0.3, 4)]
     for env in _alone_and_with_others({"parallel slots": 0.35}):
         assert verify.judge_gaps(_case(), gaps, env.allowance("colors", "parallel")).kind == (
             "within"

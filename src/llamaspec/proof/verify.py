@@ -12,7 +12,8 @@ parallel slots:
   belongs to a prompt and a mode: the plain output's own largest gap for that prompt under
   that mode's configurations that change only kernel shapes (one request at a time:
   micro-batches, flash attention; parallel slots); a speculative token whose gap exceeds
-  it fails, unless it is a near-tie (the oracle's second choice within NEAR_TIE_NATS).
+  it fails, unless it is a near-tie (one of the oracle's first NEAR_TIE_RANK choices within
+  NEAR_TIE_NATS).
 
 This module runs them (`verify`, given a `VerifyPlan`); the methods a build offers come
 from models.methods, the built-in prompts from proof.prompts, and the report it returns
@@ -305,6 +306,10 @@ def _run_method(
 # holds it. (On an H100 plain decoding reached
 # 1.60 nats: proof.defects.OPEN_FINDINGS.)
 NEAR_TIE_NATS = 1.0
+# ...among the oracle's first three choices: the embedded Q4 model's "The capital of France
+# is" ties three ways (' country' −2.489, ' French' −2.578, ' United' −2.646 nats), and a
+# recipe under its own flags emitted the third (CI, draft-measure test); rank 10 still fails.
+NEAR_TIE_RANK = 3
 
 
 def calibrate(
@@ -384,10 +389,10 @@ def measure_envelope(
 
 def _allowed(g: oracle_mod.Gap, envelope: float, near_tie: float) -> str | None:
     """Why a token passes: within its prompt and mode's `envelope`, or a near-tie (the
-    oracle's second choice within `near_tie` nats); None when it does not."""
+    oracle's first NEAR_TIE_RANK choices within `near_tie` nats); None when it does not."""
     if g.gap <= envelope:
         return "envelope"
-    if g.rank == 2 and g.gap <= near_tie:
+    if g.rank is not None and g.rank <= NEAR_TIE_RANK and g.gap <= near_tie:
         return "near-tie"
     return None
 
