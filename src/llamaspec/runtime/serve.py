@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from llamaspec import env
+from llamaspec import env, procs
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.paths import project_root
 
@@ -299,7 +299,7 @@ def watch(
     poll_s = GATE_POLL_S if poll_s is None else poll_s
     tokens = GATE_TOKENS if tokens is None else tokens
     url = loopback_url(host, port)
-    while _alive(server_pid):
+    while procs.alive(server_pid):
         time.sleep(poll_s)
         counters = metrics.read(url)
         if counters is None:
@@ -317,13 +317,3 @@ def watch(
             say(verdict.message)
         return verdict.kind
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
