@@ -85,15 +85,12 @@ def check_models(which: Sequence[str], artifact: Artifact, dialect: str, help_te
     engine = str(artifact.manifest.get("engine"))
     for name in which:
         choose("built-in model", name, (*BUILTIN, *registry.BY_NAME))
-        family = registry.BY_NAME.get(name)
-        why = family and registry.runnable(family, engine, dialect, help_text)
+        if name in BUILTIN:
+            continue
+        build = f"this build ({artifact.id})"
+        why = registry.refusal(name, engine, dialect, help_text, build=build, also=BUILTIN)
         if why:
-            can = [*BUILTIN, *registry.usable(engine, dialect, help_text)]
-            raise LlamaspecError(
-                f"verify --model {name} ({family.what}) cannot run on this build "  # type: ignore[union-attr]
-                f"({artifact.id}): {why}. Built-in models it can run: {', '.join(can)}. "
-                "Nothing was written or started."
-            )
+            raise LlamaspecError(why)
 
 
 def _methods_of(

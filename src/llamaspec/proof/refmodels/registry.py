@@ -8,6 +8,7 @@ served, a family the build cannot run (another engine, or a type its `--help` la
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llamaspec.errors import LlamaspecError
@@ -85,17 +86,36 @@ def _available(family: Family) -> bool:
     return hasattr(module, family.func)
 
 
+def refusal(
+    name: str,
+    engine: str,
+    dialect: str,
+    help_text: str,
+    *,
+    build: str = "this build",
+    also: Sequence[str] = (),
+) -> str | None:
+    """Why `build` cannot serve family `name`, as one paragraph naming the built-in models it
+    can run (`also`, then the families); None when it can."""
+    family = BY_NAME[name]
+    why = runnable(family, engine, dialect, help_text)
+    if why is None:
+        return None
+    can = [*also, *usable(engine, dialect, help_text)]
+    return (
+        f"verify --model {name} ({family.what}) cannot run on {build}: {why}. Built-in models "
+        f"it can run: {', '.join(can) or 'none'}. Nothing was written or started."
+    )
+
+
 def pair_for(
     name: str, engine: str, dialect: str, help_text: str, say: Say | None = None
 ) -> RefPair:
     """The family's files (written once into the cache), or a one-paragraph refusal."""
-    family = BY_NAME[name]
-    why = runnable(family, engine, dialect, help_text)
+    why = refusal(name, engine, dialect, help_text)
     if why is not None:
-        raise LlamaspecError(
-            f"verify --model {name} ({family.what}) cannot run on this build: {why}. "
-            f"Built-in models this build can run: {', '.join(usable(engine, dialect, help_text))}."
-        )
+        raise LlamaspecError(why)
+    family = BY_NAME[name]
     module = importlib.import_module(f"llamaspec.proof.refmodels.{family.module}")
     return getattr(module, family.func)(say=say)
 
