@@ -93,6 +93,10 @@ def check_models(which: Sequence[str], artifact: Artifact, dialect: str, help_te
             raise LlamaspecError(why)
 
 
+# The spec types each method verify knows stacks (models.methods.KNOWN).
+NEEDS = {name: set(types) for name, types, _ in KNOWN}
+
+
 def _methods_of(
     methods: Sequence[str] | None, types: Sequence[str], several: bool
 ) -> tuple[str, ...] | None:
@@ -102,16 +106,14 @@ def _methods_of(
         return None
     if not several:
         return tuple(methods)
-    needs = {name: set(t) for name, t, _ in KNOWN}
-    return tuple(m for m in methods if m == "plain" or needs.get(m, {m}) <= set(types))
+    return tuple(m for m in methods if m == "plain" or NEEDS.get(m, {m}) <= set(types))
 
 
 def check_methods(methods: Sequence[str] | None, which: Sequence[str]) -> None:
     """Each method named runs on at least one of the models named."""
     kinds = {"embedded": EMBEDDED_TYPES, "hybrid": HYBRID_TYPES}
     types = {t for n in which for t in kinds.get(n) or registry.BY_NAME[n].types}
-    needs = {name: set(t) for name, t, _ in KNOWN}
-    idle = [m for m in methods or () if m != "plain" and not needs.get(m, {m}) <= types]
+    idle = [m for m in methods or () if m != "plain" and not NEEDS.get(m, {m}) <= types]
     if idle:
         raise LlamaspecError(
             f"Method(s) {', '.join(idle)} run on none of the models named "
