@@ -19,6 +19,20 @@ from rich.table import Table
 
 from llamaspec.models.methods import PLAIN
 
+# The two modes a method runs in, and the plain configurations that calibrate each one's
+# envelope: a speculative run on parallel slots verifies drafts in multi-token batches as
+# the sequential micro-batch configurations do, and more (CI, draft-measure test: the
+# embedded Q4 model's "#include <" ties five ways; parallel slots alone calibrated 0.30
+# nats for that prompt, micro-batch 4 0.83, and speculation on parallel slots emitted the
+# fourth choice 0.45 nats behind).
+MODES = ("sequential", "parallel")
+CALIBRATES = {"sequential": ("sequential",), "parallel": ("sequential", "parallel")}
+# A near-tie is among the oracle's first three choices: the embedded Q4 model's "The
+# capital of France is" ties three ways (' country' −2.489, ' French' −2.578, ' United'
+# −2.646 nats), and a recipe under its own flags emitted the third (CI, draft-measure
+# test); rank 10 still fails.
+NEAR_TIE_RANK = 3
+
 # What a case can be: identical | different | short | longer | known-defect | over-envelope
 # | within. The failures among them:
 FAILED_KINDS = ("different", "short", "longer", "over-envelope")
@@ -99,9 +113,9 @@ class Envelope:
     """The plain output's own largest per-token gap under shape-only configurations.
 
     An output is judged against its own prompt's envelope in its own mode (`allowance`):
-    the largest gap the plain outputs of that prompt showed under that mode's
-    configurations (`modes`), so no other prompt of the run moves it. `max_gap` and
-    `by_config` summarize the whole run. `near_tie`: the oracle's second choice within
+    the largest gap the plain outputs of that prompt showed under the configurations that
+    calibrate that mode (`modes`, CALIBRATES), so no other prompt of the run moves it. `max_gap` and
+    `by_config` summarize the whole run. `near_tie`: one of the oracle's first choices within
     this many nats of its first passes whatever the envelope (a near-tie)."""
 
     configs: tuple[str, ...]
@@ -118,7 +132,8 @@ class Envelope:
         if not self.by_prompt:
             return self.max_gap
         gaps = self.by_prompt.get(prompt, {})
-        return max((g for c, g in gaps.items() if self.modes.get(c) == mode), default=0.0)
+        within = CALIBRATES[mode]
+        return max((g for c, g in gaps.items() if self.modes.get(c) in within), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -316,22 +331,21 @@ def markdown(report: VerifyReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-MODES = ("sequential", "parallel")
-
-
 def envelope_lines(env: Envelope) -> list[str]:
     """How the envelope judges: per prompt and mode, and near-ties (nothing for an envelope
     measured before envelopes were per prompt)."""
     if not env.by_prompt:
         return []
-    for_mode = {m: [c for c in env.configs if env.modes.get(c) == m] for m in MODES}
+    for_mode = {m: [c for c in env.configs if env.modes.get(c) in CALIBRATES[m]] for m in MODES}
     return [
         "",
         "Each output is judged against its own prompt's envelope in its own mode: the largest "
         "gap that prompt's plain outputs showed under that mode's configurations (sequential: "
         f"{', '.join(for_mode['sequential']) or 'none'}; parallel: "
         f"{', '.join(for_mode['parallel']) or 'none'}), whatever other prompts the run holds. "
-        f"A token over it still passes as a near-tie when it is the oracle's second choice "
+        "(a speculative run on parallel slots verifies drafts in multi-token batches as the "
+        "micro-batch configurations do, so its mode includes theirs). A token over it still "
+        f"passes as a near-tie when it is one of the oracle's first {NEAR_TIE_RANK} choices "
         f"within {env.near_tie} nats of its first; any other token over it fails.",
         "",
         "| prompt | sequential | parallel |",
