@@ -16,6 +16,7 @@ asserted in tests.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -32,7 +33,7 @@ from llamaspec.engine import toolchain
 from llamaspec.engine.artifact import Artifact
 from llamaspec.models import dialects
 from llamaspec.models.server_help import help_flags, is_number
-from llamaspec.perf import costmodel
+from llamaspec.perf import costmodel, reliability
 from llamaspec.perf.bench_report import BenchReport, Cell, Sample, write
 from llamaspec.perf.workloads import WORKLOADS, Workload
 from llamaspec.progress import LineProgress, bar
@@ -234,7 +235,8 @@ def summarize(
     by_steps: bool = False,
 ) -> dict:
     """Medians, spread, speedup, acceptance, and (one client at a time) the prediction;
-    `costs` are prompt batches, or verification steps over a plain decode (`by_steps`)."""
+    `costs` are prompt batches, or verification steps over a plain decode (`by_steps`);
+    None where the run skipped the cost model (its counters are read all the same)."""
     plain = statistics.median(s.tokens_per_second for s in cell.plain) if cell.plain else 0.0
     spec = statistics.median(s.tokens_per_second for s in cell.spec) if cell.spec else 0.0
     c = _counters(cell.spec)
@@ -244,6 +246,9 @@ def summarize(
     if costs and has_counters and cell.concurrency == 1:
         expected = costmodel.expected_speedup(tokens, c, costs, draft_cost)
     ratio = speedup / expected if expected else None
+    per_rep = reliability.per_repetition(
+        [s.tokens_per_second for s in cell.plain], [s.tokens_per_second for s in cell.spec]
+    )
     warm: dict[str, Any] = {}
     if cell.warm:
         wc = _counters(cell.warm)
@@ -256,6 +261,13 @@ def summarize(
             "warm_spec_tps_median": round(wtps, 2),
             "warm_spec_tps_spread": _spread(cell.warm),
             "warm_speedup": round(wtps / plain, 3) if plain else 0.0,
+            "warm_speedup_by_repetition": [
+                round(x, 3)
+                for x in reliability.per_repetition(
+                    [s.tokens_per_second for s in cell.plain],
+                    [s.tokens_per_second for s in cell.warm],
+                )
+            ],
             "warm_acceptance": round(wc.accepted / wc.drafted, 4) if wc.drafted else 0.0,
             "warm_mean_accepted_length": round(wc.accepted / wc.drafts, 3) if wc.drafts else None,
             "warm_expected_speedup": round(wexp, 3) if wexp else None,
@@ -266,6 +278,7 @@ def summarize(
         "plain_tps_spread": _spread(cell.plain),
         "spec_tps_spread": _spread(cell.spec),
         "speedup": round(speedup, 3),
+        "speedup_by_repetition": [round(x, 3) for x in per_rep],
         "tokens": tokens,
         "drafts": int(c.drafts),
         "drafted": int(c.drafted),
@@ -276,7 +289,10 @@ def summarize(
         "accepted_length_histogram": costmodel.accepted_length_histogram(c),
         "expected_speedup": round(expected, 3) if expected else None,
         "measured_over_expected": round(ratio, 3) if ratio else None,
-        "where_the_rest_goes": costmodel.where_the_rest_goes(ratio, by_steps, c.drafts)
+        "counters_from": "/metrics" if has_counters else "reply timings",
+        "where_the_rest_goes": costmodel.where_the_rest_goes(
+            ratio, by_steps, c.drafts, cost_model=costs is not None
+        )
         if cell.concurrency == 1
         else "Several slots batch their steps together; the single-client cost model does "
         "not apply.",
@@ -328,6 +344,8 @@ def bench(
     commands: dict[str, str] = {}
     has_counters = False
     flags = help_flags(help_text)
+    # the load before any server starts, after every repetition, and at the end
+    load_before, load_during = reliability.load_now(), []
     started = time.monotonic()
     with progress(console) as bar:
         task = bar.add_task("bench", total=steps + cost_steps)
@@ -390,6 +408,8 @@ def bench(
                                 warm.append(run(spec_srv, w, c))
                                 bar.advance(task)
                             has_counters = has_counters or costmodel.counters(spec_srv).available
+                    if (now := reliability.load_now()) is not None:
+                        load_during.append(now)
     cells = []
     for (name, c), (plain, spec, warm) in taken.items():
         cell = Cell(name, c, tuple(plain), tuple(spec), tuple(warm))
@@ -405,6 +425,13 @@ def bench(
     on_host = artifact.manifest.get("backend") == "cpu"
     bandwidth = costmodel.memory_bandwidth() if cost_model and on_host else 0.0
     model_bytes = _model_bytes(p.target)
+    host_load = reliability.HostLoad(
+        os.cpu_count() or 1,
+        reliability.server_threads(p.plain_args),
+        load_before,
+        tuple(load_during),
+        reliability.load_now(),
+    )
     report = BenchReport(
         recipe=p.name,
         artifact_id=artifact.id,
@@ -430,7 +457,9 @@ def bench(
         workloads=tuple(cells),
         cost_model=costmodel.summary(costs, draft_cost, bandwidth, model_bytes) if costs else None,
         wall_seconds=round(time.monotonic() - started, 1),
+        host_load=host_load.to_json(),
     )
+    report = replace(report, reliability=reliability.judge(report.to_json()).to_json())
     if write_report:
         write(report, out_dir, console, stem)
     return report

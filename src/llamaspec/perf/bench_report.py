@@ -11,6 +11,7 @@ three. perf.bench runs the measurement.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from llamaspec.perf import reliability
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ class BenchReport:
     workloads: tuple[Cell, ...]
     cost_model: Mapping[str, Any] | None
     wall_seconds: float
+    # the machine's load around the run (perf.reliability.HostLoad.to_json()); None: not taken
+    host_load: Mapping[str, Any] | None = None
+    # perf.reliability.Verdict.to_json() on this report: reliable, reasons, notes, flagged
+    reliability: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -89,6 +96,8 @@ class BenchReport:
             "workloads": [asdict(cell) for cell in self.workloads],
             "cost_model": None if self.cost_model is None else dict(self.cost_model),
             "wall_seconds": self.wall_seconds,
+            "host_load": None if self.host_load is None else dict(self.host_load),
+            "reliability": dict(self.reliability),
         }
 
 
@@ -97,7 +106,7 @@ HEAD = (
     "clients",
     "tok/s plain",
     "tok/s spec",
-    "speedup",
+    "speedup (min–max)",
     "drafted",
     "accepted",
     "acc. per draft",
@@ -106,7 +115,7 @@ HEAD = (
 )
 _NO_EXPOSURE = "not recorded (a report from before first-exposure runs)"
 # Where the method keeps state across requests: the same workload again on the same server.
-WARM_HEAD = ("warm speedup", "warm acc. per draft", "warm expected")
+WARM_HEAD = ("warm speedup (min–max)", "warm acc. per draft", "warm expected")
 
 
 # The renderers below read a report's JSON form (`BenchReport.to_json()`, or a report file).
@@ -120,17 +129,84 @@ def _x(value: float | None, fmt: str = ".2f", unit: str = "") -> str:
     return "—" if value is None else f"{value:{fmt}}{unit}"
 
 
+def verdict(report: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The report's reliability verdict (judged now for a report from before verdicts;
+    none for a fragment without its repetitions)."""
+    if report.get("reliability"):
+        return report["reliability"]
+    return reliability.judge(report).to_json() if "repetitions" in report else {}
+
+
+def _flagged(report: Mapping[str, Any], key: str = "flagged") -> set[tuple[str, int]]:
+    """The cells whose first-exposure (`flagged`) or warm (`flagged_warm`) figures the
+    verdict marks."""
+    return {(f["workload"], f["concurrency"]) for f in verdict(report).get(key, ())}
+
+
+def _speedup(value: float | None, per_rep: list[float], unreliable: bool) -> str:
+    """A speedup with its repetitions' min–max (where the report has the samples), marked
+    where the run or the cell cannot be trusted."""
+    if value is None:
+        return "—"
+    text = f"{value:.2f}×"
+    if per_rep:
+        text += f" ({min(per_rep):.2f}–{max(per_rep):.2f})"
+    return text + (" unreliable" if unreliable else "")
+
+
+def hardware(report: Mapping[str, Any]) -> str:
+    """The machine line that every absolute tok/s stands beside: CPU, cores, GPUs, the
+    server's threads and the load around the run."""
+    text = report["machine"]["description"]
+    load = report.get("host_load")
+    if not load:
+        return text + "; server threads and load not recorded"
+    t = load.get("server_threads")
+    text += f"; server threads: {t if t else 'its default (all cores)'}"
+    samples = [x for x in (load.get("before"), *load.get("during", ()), load.get("after"))
+               if x is not None]  # fmt: skip
+    if samples:
+        text += (
+            f"; load (1-minute average) {load.get('before')} before, at most {max(samples)} "
+            f"during, {load.get('after')} after, on {load['cpus']} CPUs"
+        )
+    return text
+
+
+def headline(report: Mapping[str, Any]) -> str:
+    """One line: the first-exposure speedups at the lowest concurrency, or, for a run that
+    cannot be trusted, that it cannot and why (no speedup then)."""
+    v = verdict(report)
+    if not v.get("reliable"):
+        return "unreliable: " + "; ".join(v.get("reasons", ())) + " (no headline speedup)"
+    low = min(report["concurrency"]) if report["concurrency"] else 1
+    cells = [w for w in report["workloads"] if w["concurrency"] == low]
+    values = [w["summary"]["speedup"] for w in cells if w["summary"].get("speedup")]
+    if not values:
+        return "no speedup measured"
+    geo = math.exp(sum(math.log(x) for x in values) / len(values))
+    per_rep = [x for w in cells for x in reliability.cell_speedups(w)]
+    spread = f", repetitions {min(per_rep):.2f}–{max(per_rep):.2f}×" if per_rep else ""
+    return (
+        f"first exposure, {low} client{'s' if low != 1 else ''}: {min(values):.2f}–"
+        f"{max(values):.2f}× by workload, geometric mean {geo:.2f}× (medians of "
+        f"{report['repetitions']} repetitions{spread})"
+    )
+
+
 def rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
     out = []
+    flagged, flagged_warm = _flagged(report), _flagged(report, "flagged_warm")
     for w in report["workloads"]:
         s = w["summary"]
+        bad = (w["workload"], w["concurrency"]) in flagged
         pspread, sspread = s["plain_tps_spread"], s["spec_tps_spread"]
         row = (
             w["workload"],
             str(w["concurrency"]),
             f"{s['plain_tps_median']:.1f} ({pspread[0]:.0f}–{pspread[1]:.0f})",
             f"{s['spec_tps_median']:.1f} ({sspread[0]:.0f}–{sspread[1]:.0f})",
-            f"{s['speedup']:.2f}×",
+            _speedup(s["speedup"], reliability.cell_speedups(w), bad),
             str(s["drafted"]),
             str(s["accepted"]),
             _x(s["mean_accepted_length"]),
@@ -139,7 +215,11 @@ def rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
         )
         if report.get("keeps_state"):
             row += (
-                _x(s.get("warm_speedup"), unit="×"),
+                _speedup(
+                    s.get("warm_speedup"),
+                    reliability.cell_speedups(w, "warm"),
+                    bad or (w["workload"], w["concurrency"]) in flagged_warm,
+                ),
                 _x(s.get("warm_mean_accepted_length")),
                 _x(s.get("warm_expected_speedup"), unit="×"),
             )
@@ -147,25 +227,67 @@ def rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
     return out
 
 
+def verdict_lines(report: Mapping[str, Any]) -> list[str]:
+    """The verdict as Markdown: the headline when the run can be trusted, else the reasons
+    it cannot (and no headline); what could not be checked either way."""
+    v = verdict(report)
+    if v.get("reliable"):
+        out = [f"**Headline** — {headline(report)}."]
+    else:
+        out = [
+            "**Unreliable: no headline.** The speedups below are shown for the record and "
+            "marked; rerun on a quiet machine. Reasons:",
+            "",
+            *(f"- {r}" for r in v.get("reasons", ())),
+        ]
+    warnings = v.get("warnings", ())
+    if warnings:
+        out += ["", "Warm figures marked unreliable (not the headline):", ""]
+        out += [f"- {w}" for w in warnings]
+    notes = v.get("notes", ())
+    return out + (["", "Not checked: " + "; ".join(notes) + "."] if notes else [])
+
+
+def _cost_model_line(report: Mapping[str, Any]) -> list[str]:
+    """Without a cost model: what was skipped, and where the counters came from."""
+    if report.get("cost_model"):
+        return []
+    came = {w["summary"].get("counters_from") for w in report["workloads"]} - {None}
+    source = (
+        f" (from {', '.join(sorted(came))})"
+        if came
+        else " (from the server's /metrics, or the replies' timings where it has none)"
+    )
+    return [
+        "- cost model: skipped (`--no-cost-model`): no expected speedups and no plain-speed "
+        f"estimate; the speculative counters were read as usual{source}: the drafted and "
+        "accepted columns"
+    ]
+
+
 def markdown(report: Mapping[str, Any]) -> str:
-    m = report["machine"]
     md = [
         f"# Bench: {report['recipe']} on {report['artifact_id']}",
         "",
-        f"- machine: {m['description']}",
+        *verdict_lines(report),
+        "",
+        f"- machine: {hardware(report)} (every tok/s below was measured here)",
         f"- engine: {report['engine']} {report['commit']} ({report['backend']}), artifact "
         f"`{report['artifact_id']}`, {report['date']}",
         f"- speculation: `{' '.join(report['spec_args'])}` ({', '.join(report['types'])})",
         f"- models: {report['models']['target']}"
         + (f", draft {report['models']['draft']}" if report["models"]["draft"] else ""),
-        f"- medians of {report['repetitions']} repetitions (spread: min–max); tokens/s is "
-        "decode speed summed over clients; exact token budgets (EOS ignored), greedy",
+        f"- medians of {report['repetitions']} repetitions, plain and speculative in turn "
+        "within each; tok/s spread: min–max; speedup spread: min–max of each repetition's own "
+        "ratio; tokens/s is decode speed summed over clients; exact token budgets (EOS "
+        "ignored), greedy",
         f"- exposure: {report.get('exposure', _NO_EXPOSURE)}"
         + (
             "; the headline speedup is first exposure, the warm columns are a prompt seen before"
             if report.get("keeps_state")
             else ""
         ),
+        *_cost_model_line(report),
         "",
         "Commands (same binary, run side by side):",
         "",
@@ -225,12 +347,28 @@ def write(
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     stem.with_suffix(".md").write_text(markdown(report))
     plotted = plot(report, stem.with_suffix(".png"))
-    table = Table(title=f"bench: {report['recipe']} ({report['artifact_id']})")
+    table = Table(
+        title=f"bench: {report['recipe']} ({report['artifact_id']})",
+        caption=f"tok/s on {hardware(report)}",
+    )
     for h in head(report):
         table.add_column(h)
     for r in rows(report):
         table.add_row(*r)
     console.print(table)
+    v = verdict(report)
+    if v.get("reliable"):
+        console.print(f"bench: {headline(report)}")
+    else:
+        console.print("bench: [bold red]unreliable[/]: no headline speedup; rerun on a quiet "
+                      "machine. Reasons:")  # fmt: skip
+        for r in v.get("reasons", ()):
+            console.print(f"  - {r}", markup=False, highlight=False)
+    for warning in v.get("warnings", ()):
+        console.print(f"bench: warm figure marked unreliable: {warning}", markup=False,
+                      highlight=False)  # fmt: skip
+    for note in v.get("notes", ()):
+        console.print(f"bench: not checked: {note}", markup=False, highlight=False)
     for what, cmd in report["commands"].items():
         console.print(f"bench: {what}: {cmd}")
     made = ".json, .md and .png" if plotted else ".json and .md (no matplotlib: no plot)"
@@ -294,8 +432,9 @@ def plot(report: Mapping[str, Any], path: Path) -> bool:
     hx.set_xlabel("draft tokens accepted in a step")
     hx.set_ylabel("steps (all workloads)")
     hx.set_title("accepted-length histogram")
+    unreliable = "" if verdict(report).get("reliable") else "UNRELIABLE (see the report) — "
     fig.suptitle(
-        f"{report['recipe']} — {report['artifact_id']} ({report['engine']} "
+        f"{unreliable}{report['recipe']} — {report['artifact_id']} ({report['engine']} "
         f"{(report['commit'] or '')[:12]}) — {report['machine']['description']}",
         fontsize=9,
     )

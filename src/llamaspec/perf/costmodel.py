@@ -152,12 +152,25 @@ def expected_speedup(
 FEW_DRAFTS = 10
 
 
+# Why a workload has no prediction when the run skipped the cost model (its counters were
+# read all the same).
+NO_COST_MODEL = (
+    "No prediction: the cost model was skipped (--no-cost-model); the speculative counters "
+    "were read all the same (drafted, accepted)."
+)
+
+
 def where_the_rest_goes(
-    measured_over_expected: float | None, by_steps: bool = False, drafts: float | None = None
+    measured_over_expected: float | None,
+    by_steps: bool = False,
+    drafts: float | None = None,
+    cost_model: bool = True,
 ) -> str:
     """One sentence on the gap between the measured and the predicted speedup; `by_steps`
     when verification steps were timed (else prompt batches priced them); `drafts` is how
-    many drafted steps the workload's runs had."""
+    many drafted steps the workload's runs had; `cost_model` false when it was skipped."""
+    if not cost_model:
+        return NO_COST_MODEL
     if measured_over_expected is None:
         return "No prediction: the server exposed no speculative counters for this run."
     if 0.9 <= measured_over_expected < 1.1:
