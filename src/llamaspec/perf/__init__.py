@@ -1,7 +1,8 @@
 """Perf stage: how much faster speculation is, measured, predicted and tuned.
 
 workloads (the fixed benchmark workloads), bench (plain vs speculative runs), bench_report
-(the frozen bench report and its JSON, Markdown and PNG), bench_plans (a recipe rendered for
+(the frozen bench report and its JSON, Markdown and PNG), reliability (whether a run can
+be trusted: the verdict a bench or tune report prints instead of a headline), bench_plans (a recipe rendered for
 a build and split into plain and speculative arguments: a catalog recipe's or an ad-hoc
 one; bench, tune and draft measure start from one), costmodel (predicted speedup from
 measured costs), tune (the sweep → a tuned recipe), tune_report (its frozen results, state
