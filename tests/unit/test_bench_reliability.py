@@ -114,7 +114,10 @@ def test_a_quiet_run_is_reliable_and_gets_its_headline() -> None:
     assert "Unreliable" not in md
 
 
-def test_an_unreliable_report_prints_reasons_instead_of_a_headline(tmp_path: Path) -> None:
+def test_an_unreliable_report_prints_reasons_instead_of_a_headline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench_report, "plot", lambda *_a: False)  # no matplotlib figure
     report = _report(BUSY_PLAIN, BUSY_SPEC, _cost_model(batch_2=0.125), BUSY_LOAD)
     md = bench_report.markdown(report.to_json())
     assert md.splitlines()[2].startswith("**Unreliable: no headline.**")
@@ -264,3 +267,55 @@ def test_bench_records_the_load_threads_and_verdict(
     assert report.reliability == reliability.judge(report.to_json()).to_json()
     assert report.workloads[0].summary["where_the_rest_goes"] == costmodel.NO_COST_MODEL
     assert report.workloads[0].summary["speedup_by_repetition"] == [1.579, 1.564]
+
+
+def _tune(first: dict, second: dict, load: reliability.HostLoad | None):
+    from llamaspec.perf import tune_report
+
+    win = tune_report.CandidateResult(
+        "ngram-mod 12/4/48",
+        {"types": ["ngram-mod"]},
+        (),
+        passed=True,
+        score=round(tune_report.score(first), 4),
+        speedups=first,
+        speedups_pass2=second,
+        score_pass2=round(tune_report.score(second), 4),
+        final_score=1.5,
+        spread=0.1,
+    )
+    return tune_report.TuneReport(
+        recipe="gemma3-270m-ngram",
+        artifact_id="llamacpp-cpu-0123456789ab",
+        engine="llama.cpp",
+        commit="0c1e57098bba",
+        machine={"description": "AMD EPYC, 2 cores; no GPU"},
+        date="2026-11-25",
+        workloads=tuple(first),
+        plain_tps={"copy": 7.2},
+        candidates_total=1,
+        results=(win,),
+        winner=win,
+        checked_on="t.gguf",
+        host_load=load.to_json() if load else None,
+    )
+
+
+def test_tune_says_when_its_winner_cannot_be_trusted(tmp_path: Path) -> None:
+    from llamaspec.perf import tune_report
+
+    busy = _tune({"copy": 18.71, "qa": 1.1}, {"copy": 2.88, "qa": 1.0}, BUSY_LOAD)
+    v = busy.to_json()["reliability"]
+    assert not v["reliable"] and "copy 18.71× in pass 1, 2.88× in pass 2" in v["reasons"][0]
+    assert "machine loaded" in v["reasons"][1]
+    md = tune_report.write_report(busy, tmp_path, "t").read_text()
+    assert "**Unreliable: no headline.**" in md and "Fastest over both passes" not in md
+    assert "Unreliable: the fastest over both passes was **ngram-mod 12/4/48**" in md
+    assert "server threads: 1; load (1-minute average) 7.5 before, 8.0 after" in md
+    quiet = _tune({"copy": 1.88, "qa": 1.31}, {"copy": 2.2, "qa": 1.2}, QUIET_LOAD)
+    assert quiet.to_json()["reliability"]["reliable"]
+    md = tune_report.write_report(quiet, tmp_path, "q").read_text()
+    assert "Fastest over both passes: **ngram-mod 12/4/48**" in md and "Unreliable" not in md
+    # a report from before the load check keeps its file's keys (no verdict written)
+    old = _tune({"copy": 1.88}, {"copy": 2.2}, None).to_json()
+    assert "reliability" not in old and "host_load" not in old

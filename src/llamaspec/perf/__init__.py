@@ -2,12 +2,13 @@
 
 workloads (the fixed benchmark workloads), bench (plain vs speculative runs), bench_report
 (the frozen bench report and its JSON, Markdown and PNG), reliability (whether a run can
-be trusted: the verdict a bench or tune report prints instead of a headline), bench_plans (a recipe rendered for
-a build and split into plain and speculative arguments: a catalog recipe's or an ad-hoc
-one; bench, tune and draft measure start from one), costmodel (predicted speedup from
-measured costs), tune (the sweep → a tuned recipe), tune_report (its frozen results, state
-file, ranking and report), portable (portable vs native builds), draft_measure (`draft find
---measure`), netlab and rpcstudy (the RPC latency study across network namespaces).
+be trusted: the verdict a bench or tune report prints instead of a headline), bench_plans
+(a recipe rendered for a build and split into plain and speculative arguments: a catalog
+recipe's or an ad-hoc one; bench, tune and draft measure start from one), costmodel
+(predicted speedup from measured costs), tune (the sweep → a tuned recipe), tune_report
+(its frozen results, state file, ranking and report), portable (portable vs native
+builds), draft_measure (`draft find --measure`), netlab and rpcstudy (the RPC latency
+study across network namespaces).
 
 May import: the base modules, llamaspec.engine, llamaspec.models, llamaspec.runtime and
 llamaspec.proof.

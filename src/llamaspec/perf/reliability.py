@@ -299,3 +299,29 @@ def judge(report: Mapping[str, Any]) -> Verdict:
         tuple(warnings),
         tuple(flagged_warm),
     )
+
+
+def judge_tune(report: Mapping[str, Any]) -> Verdict:
+    """The verdict on a tune report in its JSON form: the winner's two timed passes, workload
+    by workload, within `SPREAD_MAX` of each other, and the load around the run."""
+    reasons: list[str] = []
+    notes: list[str] = []
+    winner = report.get("winner") or {}
+    first, second = winner.get("speedups") or {}, winner.get("speedups_pass2") or {}
+    if winner and not second:
+        notes.append("the winner's second pass (it was timed once)")
+    for name, a in first.items():
+        s = spread([a, second[name]]) if name in second else None
+        if s is not None and s > SPREAD_MAX:
+            reasons.append(
+                f"{winner.get('label')}: {name} {a:.2f}× in pass 1, {second[name]:.2f}× in "
+                f"pass 2 (max ÷ min {s:.1f} > {SPREAD_MAX})"
+            )
+    raw = report.get("host_load")
+    if raw:
+        why = load_reason(HostLoad.from_json(raw))
+        if why:
+            reasons.append(why)
+    else:
+        notes.append("load (not recorded: a report from before the load check)")
+    return Verdict(not reasons, tuple(reasons), tuple(notes), (), THRESHOLDS)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,7 +39,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.models.server_help import help_flags, server_help
 from llamaspec.paths import project_root, writable_root
-from llamaspec.perf import bench, bench_plans, workloads
+from llamaspec.perf import bench, bench_plans, reliability, workloads
 from llamaspec.perf.tune_report import (
     SECOND_PASS,
     CandidateResult,
@@ -298,6 +299,7 @@ def tune(
     )
     logs = reports / f"{stem}-logs"
     per_candidate = None
+    load_before = reliability.load_now()
     known = None if "_seconds" in state.baseline else estimate(reports, recipe.name)
     if known is not None:
         # refuse a budget too small before the baseline runs, from an earlier run's timing
@@ -372,6 +374,13 @@ def tune(
     }
     winner = best(results)
     report = _report(artifact, recipe, mix, state.baseline, results, cands, winner, checked_what)
+    host_load = reliability.HostLoad(
+        os.cpu_count() or 1,
+        reliability.server_threads(base_plan.plain_args),
+        load_before,
+        after=reliability.load_now(),
+    )
+    report = replace(report, host_load=host_load.to_json())
     md = write_report(report, reports, stem)
     report = replace(report, report_path=md)
     if winner is None:
@@ -380,11 +389,16 @@ def tune(
             f"{md}. Nothing was written."
         )
     path = write_recipe(artifact, recipe, engine, winner, cands, out_dir, md, mix)
+    verdict = reliability.judge_tune(report.to_json())
     console.print(
-        f"tune: fastest is {winner.label} (score {winner.score:.2f}× in pass 1, "
+        ("tune: fastest is" if verdict.reliable else "tune: UNRELIABLE, fastest was")
+        + f" {winner.label} (score {winner.score:.2f}× in pass 1, "
         f"{winner.score_pass2:.2f}× in pass 2, {winner.final_score:.2f}× over both, on "
-        f"{', '.join(w.name for w in mix)}); wrote {path} and {md}"
+        f"{', '.join(w.name for w in mix)}); wrote {path} and {md}",
+        markup=False,
     )
+    for why in verdict.reasons:
+        console.print(f"  - {why}", markup=False, highlight=False)
     return replace(report, recipe_path=path)
 
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from llamaspec.perf import reliability
+
 # How many of the fastest candidates the second pass times again.
 SECOND_PASS = 3
 
@@ -133,6 +135,9 @@ class TuneReport:
     checked_on: str
     report_path: Path | None = None  # the Markdown report, once written
     recipe_path: Path | None = None  # the tuned recipe, once written
+    # the load around the run (perf.reliability.HostLoad.to_json()); None in reports from
+    # before the load check, which then have neither it nor `reliability` in their file
+    host_load: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict:
         return {
@@ -148,6 +153,20 @@ class TuneReport:
             "results": [r.to_json() for r in self.results],
             "winner": self.winner.to_json() if self.winner else None,
             "checked_on": self.checked_on,
+            **(
+                {
+                    "host_load": dict(self.host_load),
+                    "reliability": reliability.judge_tune(self._json()).to_json(),
+                }
+                if self.host_load is not None
+                else {}
+            ),
+        }
+
+    def _json(self) -> dict:
+        return {
+            "winner": self.winner.to_json() if self.winner else None,
+            "host_load": self.host_load,
         }
 
 
@@ -243,15 +262,42 @@ def _verdict(r: CandidateResult) -> str:
     return f"FAILED: {why[:120]}"
 
 
+def machine_line(report: TuneReport) -> str:
+    """The hardware every tok/s stands beside, with the server's threads and the load."""
+    text = report.machine["description"]
+    load = report.host_load
+    if not load:
+        return text + "; server threads and load not recorded"
+    t = load.get("server_threads")
+    return (
+        f"{text}; server threads: {t if t else 'its default (all cores)'}; load (1-minute "
+        f"average) {load.get('before')} before, {load.get('after')} after, on "
+        f"{load['cpus']} CPUs"
+    )
+
+
 def write_report(report: TuneReport, reports: Path, stem: str) -> Path:
     """The report as .json (`report.to_json()`) and .md; the .md's path."""
     reports.mkdir(parents=True, exist_ok=True)
     (reports / f"{stem}.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     names = report.workloads
+    verdict = reliability.judge_tune(report.to_json())
     md = [
         f"# Tune: {report.recipe} on {report.artifact_id}",
         "",
-        f"- machine: {report.machine['description']}",
+        *(
+            []
+            if verdict.reliable
+            else [
+                "**Unreliable: no headline.** The scores below are shown for the record; "
+                "rerun on a quiet machine. Reasons:",
+                "",
+                *(f"- {r}" for r in verdict.reasons),
+                "",
+            ]
+        ),
+        *(["Not checked: " + "; ".join(verdict.notes) + ".", ""] if verdict.notes else []),
+        f"- machine: {machine_line(report)} (every tok/s below was measured here)",
         f"- engine: {report.engine} {report.commit}, {report.date}",
         f"- workload mix: {', '.join(names)}; plain tok/s: "
         + ", ".join(f"{k} {v}" for k, v in report.plain_tps.items()),
@@ -288,11 +334,19 @@ def write_report(report: TuneReport, reports: Path, stem: str) -> Path:
         )
     if report.winner:
         w = report.winner
+        fastest = (
+            f"**{w.label}** (pass 1 {w.score:.2f}×, pass 2 {w.score_pass2:.2f}×, final "
+            f"{w.final_score:.2f}×)"
+        )
         md += [
             "",
-            f"Fastest over both passes: **{w.label}** (pass 1 {w.score:.2f}×, pass 2 "
-            f"{w.score_pass2:.2f}×, final {w.final_score:.2f}×). Where two cells show "
-            "two figures, they are pass 1 / pass 2.",
+            (
+                f"Fastest over both passes: {fastest}."
+                if verdict.reliable
+                else f"Unreliable: the fastest over both passes was {fastest}, on timings "
+                "that cannot be trusted."
+            )
+            + " Where two cells show two figures, they are pass 1 / pass 2.",
         ]
     path = reports / f"{stem}.md"
     path.write_text("\n".join(md) + "\n")
