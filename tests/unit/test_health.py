@@ -264,3 +264,25 @@ def test_the_cli_refuses_bad_input_in_one_paragraph(
     assert rc == 2 and expect in err and "Traceback" not in err
     assert len([ln for ln in err.strip().splitlines() if ln]) == 1
     assert not dist.exists() and not reports.exists()
+
+
+def test_the_docs_page_renders_the_committed_matrix(tmp_path: Path) -> None:
+    """docs/maintainers/health.md holds the include marker; the site's hook puts the
+    committed report there (its title left out), or a note while none is committed."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs" / "maintainers" / "health.md").read_text()
+    assert "<!-- include-report: health.md -->" in page
+    spec = importlib.util.spec_from_file_location("docs_hooks", root / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    config = {"docs_dir": str(tmp_path)}
+    (tmp_path / "reports").mkdir()
+    assert "No `health.md` is committed yet" in hooks.on_page_markdown(page, None, config, None)
+    report = HealthReport(rows=(row(1, speedups={"copy": 2.0}),), complete=True)
+    hr.write(report, tmp_path / "reports")
+    shown = hooks.on_page_markdown(page, None, config, None)
+    assert "| 1111111 b1 | 2026-01-01 | llama.cpp |" in shown
+    assert shown.count("# Build health across upstream pins") == 1  # the page's own title
+    assert "\n### Regression rule\n" in shown and "include-report" not in shown
