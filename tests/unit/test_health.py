@@ -3,11 +3,13 @@ recorded and the run going on, resume), the Markdown matrix, and the CLI's bad i
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from rich.console import Console
 
 from llamaspec.cli.main import main
 from llamaspec.errors import LlamaspecError
@@ -286,3 +288,26 @@ def test_the_docs_page_renders_the_committed_matrix(tmp_path: Path) -> None:
     assert "| 1111111 b1 | 2026-01-01 | llama.cpp |" in shown
     assert shown.count("# Build health across upstream pins") == 1  # the page's own title
     assert "\n### Regression rule\n" in shown and "include-report" not in shown
+
+
+def test_bump_compares_the_current_pin_with_the_candidate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bump --build runs `compare`: both rows, and the candidate's regression flagged."""
+    speed = {"b1": 2.0, "b2": 1.0}
+    fake = Fake()
+    steps = fake.steps()
+
+    def bench(a):
+        return health.Bench({"copy": speed[a.id.removeprefix("art-")]})
+
+    monkeypatch.setattr(
+        health, "steps_for", lambda *a, **k: health.Steps(build=steps.build, bench=bench)
+    )
+    rep = health.compare([pin(1), pin(2)], tmp_path / "dist", tmp_path, Console(file=io.StringIO()))
+    assert fake.built == ["b1", "b2"] and not (tmp_path / "health.json").exists()
+    assert [f.metric for f in rep.flags] == ["speedup copy"]
+    assert hr.summary(rep.rows[1]).startswith("llama.cpp 2222222 b2 (2026-02-01): types -; -;")
+    assert "copy 1.00×" in hr.summary(rep.rows[1])
+    failed = Row(pin=pin(3), failures={"build": "no such commit"})
+    assert hr.summary(failed) == "llama.cpp 3333333 b3 (2026-03-01): build failed: no such commit"

@@ -24,6 +24,7 @@ from llamaspec.maint.health_report import NO_SYNTH, WORKLOADS, HealthPin, Health
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from llamaspec.config import Engine
     from llamaspec.engine.artifact import Artifact
 
 Say = Callable[[str], None]
@@ -274,13 +275,20 @@ def steps_for(
     bench: bool = True,
     sweep: bool = True,
     root: Path | None = None,
+    records: Mapping[str, Engine] | None = None,
 ) -> Steps:
     """The pipeline's build (the engine's own code: no llamaspec patches), verify's strict
     tier, bench and the limit sweep. `mirrors`: engine → a clone with history to build
-    non-default pins from."""
+    non-default pins from; `records`: pin → the engine record to build it with (bump's
+    candidate, before engines.yaml names it)."""
     logs = reports / LOGS
+
+    def build(pin: HealthPin) -> Artifact:
+        mirror = (mirrors or {}).get(pin.engine)
+        return build_pin(pin, dist, console, mirror, root, (records or {}).get(pin.pin))
+
     return Steps(
-        build=lambda pin: build_pin(pin, dist, console, (mirrors or {}).get(pin.engine), root),
+        build=build,
         strict=lambda a: strict_tier(a, logs, console, root),
         bench=(lambda a: first_exposure(a, recipe, repetitions, logs, console)) if bench else None,
         sweep=(lambda a: limit_sweep(a, recipe, console)) if sweep else None,
@@ -289,7 +297,12 @@ def steps_for(
 
 
 def build_pin(
-    pin: HealthPin, dist: Path, console: Console, mirror: Path | None, root: Path | None
+    pin: HealthPin,
+    dist: Path,
+    console: Console,
+    mirror: Path | None,
+    root: Path | None,
+    record: Engine | None = None,
 ) -> Artifact:
     from llamaspec.engine.pipeline import BuildSpec, run_build
 
@@ -301,7 +314,24 @@ def build_pin(
         dist=dist,
         no_default_patches=True,
     )
-    return run_build(spec, console, root)
+    return run_build(spec, console, root, engine=record)
+
+
+def compare(
+    pins: Sequence[HealthPin],
+    dist: Path,
+    reports: Path,
+    console: Console,
+    *,
+    mirror: Path | None = None,
+    records: Mapping[str, Engine] | None = None,
+) -> HealthReport:
+    """The health rows of one engine's `pins` in order (bump: the current pin, then the
+    candidate) and so their regression flags; written nowhere, the caller reports them."""
+    mirrors = {pins[0].engine: mirror} if pins and mirror else None
+    steps = steps_for(dist, reports, console, mirrors=mirrors, records=records)
+    rows = tuple(judge(p, steps, console.print) for p in pins)
+    return HealthReport(rows=rows, complete=True)
 
 
 def offered_types(dialect: str, help_text: str) -> tuple[str, ...]:
@@ -427,6 +457,7 @@ __all__ = [
     "HealthPin",
     "Steps",
     "Strict",
+    "compare",
     "default_pins",
     "defect_status",
     "judge",

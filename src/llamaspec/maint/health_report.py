@@ -225,6 +225,23 @@ def _defects_cell(r: Row) -> str:
     return "; ".join(f"{d}: {s}" for d, s in r.defects.items())
 
 
+def summary(r: Row) -> str:
+    """One row as one line (bump's report, progress): what the matrix's cells say."""
+    p = r.pin
+    head = f"{p.engine} {p.short} {p.label}".strip() + f" ({p.date})"
+    if not r.built:
+        return f"{head}: build failed: {r.failures['build']}"
+    c, o = _synth_cells(r)
+    parts = [
+        f"types {', '.join(r.types) or '-'}",
+        _exact_cell(r),
+        *(f"{w} {_speed_cell(r, w)}" for w in WORKLOADS),
+        f"synth c {c}, overhead {o} ms" if not r.synth_na else r.synth_na,
+    ]
+    parts += [f"{step} failed: {r.failures[step]}" for step in STEPS if step in r.failures]
+    return f"{head}: " + "; ".join(parts)
+
+
 def markdown(report: HealthReport) -> str:
     flags = report.flags
     by_pin: dict[str, list[Flag]] = {}
@@ -313,6 +330,7 @@ __all__ = [
     "markdown",
     "read",
     "regressions",
+    "summary",
     "to_json",
     "write",
 ]
