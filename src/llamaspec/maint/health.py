@@ -75,7 +75,7 @@ def judge(pin: HealthPin, steps: Steps, say: Say) -> Row:
     failures: dict[str, str] = {}
     try:
         artifact = steps.build(pin)
-    except (LlamaspecError, OSError) as exc:
+    except Exception as exc:  # a pin that does not build is a row that says why
         failures["build"] = one_line(exc)
         say(f"health: {pin.short} build failed: {failures['build']}")
         return replace(
@@ -388,7 +388,7 @@ def defect_status(
         elif commit in d.pins:
             out[d.id] = "present (catalogued at this pin)"
         elif cases is None:
-            out[d.id] = "unknown (not built)"
+            out[d.id] = "unknown (not judged: the build or its strict tier failed)"
         elif d.symptom == "short-output" and d.targets == "all":
             n = sum(1 for c in cases if c.kind == "short" or getattr(c, "defect", None) == d.id)
             out[d.id] = f"present ({n} short output(s))" if n else "not seen"
