@@ -244,6 +244,7 @@ def test_select_picks_by_engine_sha_prefix_and_label() -> None:
     known = ["llama.cpp", "ik_llama.cpp"]
     assert health.select(pins, ["ik_llama.cpp"], [], known) == [pins[2]]
     assert health.select(pins, [], ["latest", "1111"], known) == pins[:2]
+    assert health.select(pins, [], ["3333,latest"], known) == pins[1:]
     with pytest.raises(LlamaspecError, match="'3333' is not in the health list of llama.cpp"):
         health.select(pins, ["llama.cpp"], ["3333"], known)
 

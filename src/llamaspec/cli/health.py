@@ -32,7 +32,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=[],
         type=options.non_empty,
         metavar="SHA|LABEL",
-        help="only these pins of the list (repeatable): a SHA prefix or a label",
+        help="only these pins of the list (repeatable, or A,B): a SHA prefix or a label",
     )
     p.add_argument(
         "--mirror",

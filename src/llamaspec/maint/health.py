@@ -173,10 +173,12 @@ def select(
     pins: Sequence[HealthPin], engines: Sequence[str], wanted: Sequence[str], known: Sequence[str]
 ) -> list[HealthPin]:
     """The pins of the named engines (all when none), and of those only the named pins (a SHA
-    prefix or a label); an unknown engine or a pin not in the list is one paragraph."""
+    prefix or a label; several also as A,B); an unknown engine or a pin not in the list is
+    one paragraph."""
     for e in engines:
         choose("engine", e, known)
     chosen = [p for p in pins if not engines or p.engine in engines]
+    wanted = [w.strip() for text in wanted for w in text.split(",") if w.strip()]
     if not wanted:
         return chosen
     out = []
