@@ -22,6 +22,7 @@ KINDS = {
     "portable": "Portable builds",
     "docker": "Images",
     "bump": "Pin bumps",
+    "health": "Build health",
     "bug": "Engine defects",
 }
 
@@ -51,7 +52,22 @@ def on_files(files: Files, config) -> Files:
     return files
 
 
+INCLUDE = re.compile(r"<!-- include-report: ([\w.-]+\.md) -->")
+
+
+def _included(match: re.Match, docs: Path) -> str:
+    """A committed report's body (its title left out, its headings one level down) in place
+    of `<!-- include-report: NAME.md -->`; a note where none is committed yet."""
+    path = docs / "reports" / match.group(1)
+    if not path.is_file():
+        return f"*No `{match.group(1)}` is committed yet: the matrix appears here once it is.*"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    body = lines[1:] if lines and lines[0].startswith("# ") else lines
+    return "\n".join("#" + ln if ln.startswith("#") else ln for ln in body)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     """The `fact:` markers are for the docs tests (see tests/unit/test_docs_facts.py), not
-    for readers: leave them out of the HTML."""
+    for readers: leave them out of the HTML. An include-report marker becomes the report."""
+    markdown = INCLUDE.sub(lambda m: _included(m, Path(config["docs_dir"])), markdown)
     return re.sub(r"<!-- fact: .*? -->", "", markdown)

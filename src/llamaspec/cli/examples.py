@@ -34,6 +34,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "bump": (
         "llamaspec bump --engine ik_llama.cpp --source-dir ik_llama.cpp.git --to latest --dry-run",
     ),
+    "health": (
+        "llamaspec health --engine llama.cpp",
+        "llamaspec health --mirror ik_llama.cpp=ik_llama.cpp.git --resume",
+    ),
     "models": ("llamaspec models list", "llamaspec models pull gemma3-270m-ngram"),
     "models list": ("llamaspec models list",),
     "models check": (

@@ -15,6 +15,7 @@ from llamaspec.cli import doctor as cli_doctor
 from llamaspec.cli import draft as cli_draft
 from llamaspec.cli import examples, options
 from llamaspec.cli import gpu as cli_gpu
+from llamaspec.cli import health as cli_health
 from llamaspec.cli import models as cli_models
 from llamaspec.cli import patches as cli_patches
 from llamaspec.cli import rpc as cli_rpc
@@ -32,6 +33,7 @@ MAINTAINER = (
     "bench-portable",
     "cuda-compile-check",
     "gpu-acceptance",
+    "health",
 )
 LOG_WIDTH = 200  # the width of tables written to a file or pipe
 MAINT_HELP = (
@@ -62,6 +64,7 @@ def make_parser() -> argparse.ArgumentParser:
     cli_docker.add_parsers(sub)
     cli_doctor.add_parsers(sub)
     cli_gpu.add_parsers(sub)
+    cli_health.add_parsers(sub)
     cli_rpc.add_parsers(sub)
     examples.attach(parser)
     # users' commands only in the list; maintainers' still parse (and are in the epilog)

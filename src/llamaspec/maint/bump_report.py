@@ -27,6 +27,7 @@ class Outcome:
     other_files: list[str] = field(default_factory=list)
     defects: list[str] = field(default_factory=list)
     dialect: str | None = None  # probed from the built candidate's --help
+    health: list[str] = field(default_factory=list)  # maint health: both pins, and any flags
 
 
 def to_json(p: Plan, out: Outcome) -> dict:
@@ -59,6 +60,7 @@ def to_json(p: Plan, out: Outcome) -> dict:
         "newly_apply": p.ids("newly applies"),
         "built": out.built,
         "steps": out.steps,
+        "health": out.health,
         "pypi": asdict(out.pypi) if out.pypi else None,
         "other_files_naming_old_pin": out.other_files,
         "defects_at_old_pin": out.defects,
@@ -125,6 +127,9 @@ def markdown(p: Plan, out: Outcome) -> str:
         lines.append(
             f"- {s['step']}: {'passed' if s['passed'] else 'FAILED'} — {_cell(s['detail'])}"
         )
+    if out.health:
+        lines += ["", "## Health: current pin and candidate (`maint health`)", ""]
+        lines += [f"- {_cell(h)}" for h in out.health]
     lines += ["", "## Also", ""]
     old_dialect = p.engine.dialect
     if out.dialect is None:

@@ -79,6 +79,8 @@ def run(request: Request, console: Console) -> None:
     elif request.build:
         out.built = True
         out.reason = _prove(plan, request, console, out)
+        if not out.reason:
+            out.health = _health(plan, request, console)
         if out.dialect and out.dialect != plan.candidate.dialect:
             say(f"bump: the candidate speaks the {out.dialect!r} dialect (was {engine.dialect!r})")
             plan = replace(
@@ -195,6 +197,28 @@ def _prove(plan: bump.Plan, request: Request, console: Console, out: bump_report
             return f"the {name} of {plan.new.short} failed: {exc.message}"
         out.steps.append({"step": name, "passed": True, "detail": detail})
     return ""
+
+
+def _health(plan: bump.Plan, request: Request, console: Console) -> list[str]:
+    """`maint health`'s row for the current pin and for the candidate, and any regression
+    between them: a word in the report, never a silent raise (it does not refuse the bump)."""
+    from llamaspec.maint import health, health_report
+    from llamaspec.paths import project_root
+
+    o, n = plan.old, plan.new
+    pins = [
+        health.HealthPin(plan.engine.name, o.commit, o.date.isoformat(), o.tag, "current pin"),
+        health.HealthPin(plan.engine.name, n.commit, n.date.isoformat(), n.tag, "candidate"),
+    ]
+    reports = request.reports or project_root() / "reports"
+    rep = health.compare(
+        pins, request.dist, reports, console, mirror=plan.mirror, records={n.commit: plan.candidate}
+    )
+    lines = [health_report.summary(r) for r in rep.rows]
+    flags = [f"REGRESSION: {f.describe()}" for f in rep.flags]
+    for line in flags or ["no regression flagged (the rule of `llamaspec maint health`)"]:
+        console.print(f"bump: health: {line}")
+    return lines + flags
 
 
 def _speaks(artifact, dialect: str | None) -> None:
