@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUF_MAGIC, READER_SUPPORTED_VERSIONS, GGUFValueType, Keys
+from gguf import GGML_QUANT_SIZES, GGUF_MAGIC, READER_SUPPORTED_VERSIONS, GGUFValueType, Keys
 
 from llamaspec.errors import LlamaspecError
 
@@ -137,6 +137,9 @@ class TokenizerInfo:
     target_hidden: int | None = None  # eagle3: `<arch>.target_hidden_size`
     embd_out: int | None = None  # `<arch>.embedding_length_out` (assistant: the target's width)
     d2t: int | None = None  # eagle3: entries of its `d2t` tensor (draft → target vocab map)
+    # bytes of every tensor's data as stored (its type's block size); None where a tensor's
+    # type is one this `gguf` package does not know. Summed over a split's parts like params.
+    nbytes: int | None = None
 
     def dim(self, key: str) -> int | None:
         """`<arch>.<key>` (e.g. `block_count`, `attention.head_count_kv`), where the header
@@ -261,6 +264,7 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
             )
             kv[key] = cur.value(vtype, keep)  # type: ignore[index]
         nextn = params = 0
+        nbytes: int | None = 0
         blocks: set[int] = set()
         d2t: int | None = None
         for _ in range(n_tensors):  # tensor infos: name, n_dims, dims, type, offset
@@ -270,8 +274,12 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
                 raise ValueError(f"tensor {tensor!r} claims {n_dims} dimensions")
             dims = [int(cur.take("Q")) for _ in range(n_dims)]  # type: ignore[call-overload]
             params += math.prod(dims)
-            cur.take("I")
+            size = GGML_QUANT_SIZES.get(int(cur.take("I")))  # type: ignore[call-overload]
             cur.take("Q")
+            if nbytes is not None and size is not None:
+                nbytes += math.prod(dims) // size[0] * size[1]
+            else:
+                nbytes = None
             nextn += "nextn" in tensor
             if m := NEXTN_TENSOR.match(tensor):
                 blocks.add(int(m[1]))
@@ -308,6 +316,7 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
         target_hidden=_int(kv.get(f"{arch}.target_hidden_size")),
         embd_out=_int(kv.get(f"{arch}.embedding_length_out")),
         d2t=d2t,
+        nbytes=nbytes,
     )
 
 
@@ -402,6 +411,9 @@ def read_split(
     return replace(
         info,
         params=info.params + sum(r.params for r in rest),
+        nbytes=None
+        if info.nbytes is None or any(r.nbytes is None for r in rest)
+        else info.nbytes + sum(r.nbytes or 0 for r in rest),
         nextn_tensors=info.nextn_tensors + sum(r.nextn_tensors for r in rest),
         nextn_blocks=tuple(sorted({b for r in (info, *rest) for b in r.nextn_blocks})),
     )
