@@ -327,6 +327,11 @@ def make_derived(models: ModelsFile, handle: str, root: Path, lock: dict, consol
     src = fetch(models, source, root, lock, console)
     want = models.models[source].part_sha256(0)
     assert want is not None  # config: a derived model's source records its sha256
+    size = f", {model.size / 1e9:.2f} GB" if model.size else ""
+    console.print(
+        f"model: making {handle} once: the {model.dtype} copy of {source}{size} (reading the "
+        "source's tensors takes a minute or more on a small machine)"
+    )
     with progress.bar(console) as bar:
         task = bar.add_task(f"model: making {handle}, the {model.dtype} copy of {source}")
 
