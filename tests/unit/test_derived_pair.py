@@ -315,3 +315,11 @@ def test_the_header_reader_counts_tensor_bytes_by_type(tmp_path: Path) -> None:
     info = compat.read_local(_quantized(tmp_path / "q.gguf"))
     assert info.params == 64 * 64 + 64
     assert info.nbytes == 64 * 64 // 32 * 34 + 64 * 4  # Q8_0 blocks, and F32 norms
+
+
+def test_draft_find_on_a_copy_not_made_yet_names_its_source() -> None:
+    from llamaspec.models import drafts
+
+    with pytest.raises(LlamaspecError, match="has not been made yet") as err:
+        drafts.resolve_target("gemma3-270m-f32", config.load_models(ROOT))
+    assert "give gemma3-270m-q4_k_m as the target" in err.value.message
