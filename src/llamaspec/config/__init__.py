@@ -38,7 +38,7 @@ from llamaspec.config.loader import (
     parse,
     read_yaml,
 )
-from llamaspec.config.models import ModelFile, ModelsFile, Pair, load_models
+from llamaspec.config.models import ModelFile, ModelsFile, Pair, derived_name, load_models
 from llamaspec.config.patches import (
     Defect,
     Landed,
@@ -91,6 +91,7 @@ __all__ = [
     "ServerSettings",
     "SpecSettings",
     "Upstream",
+    "derived_name",
     "load_defects",
     "load_engines",
     "load_models",

@@ -4,7 +4,7 @@ pairs (a target and its speculation partner), merged with the user's own models.
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -40,11 +40,23 @@ GgufFile = Annotated[str, AfterValidator(check_gguf_file)]
 Handle = Annotated[str, Field(pattern=HANDLE)]
 
 
-class ModelFile(Frozen):
-    """One GGUF model: where it comes from, what it is, and how to verify it."""
+def derived_name(source_file: str, source_sha256: str, dtype: str = "f32") -> str:
+    """The file name of the `dtype` copy of a GGUF whose sha256 is `source_sha256`: a derived
+    model's `file`, and the strict tier's reference copy (the two are one file)."""
+    return f"{PurePosixPath(source_file).stem}-{source_sha256[:16]}-{dtype}.gguf"
 
-    source: Literal["hf", "embedded"] = "hf"
+
+class ModelFile(Frozen):
+    """One GGUF model: where it comes from, what it is, and how to verify it.
+
+    `source: derived` is a model made here rather than downloaded: the full-precision copy
+    (`dtype`, F32 only) of the model `derived_from`, made on first use by models/derived.py
+    and checked against `sha256` (when given) after it is made."""
+
+    source: Literal["hf", "embedded", "derived"] = "hf"
     repo: RepoId | None = None
+    derived_from: Handle | None = None
+    dtype: Literal["f32"] | None = None
     file: GgufFile
     revision: FullSha | None = None
     size: int | None = Field(default=None, gt=0)
@@ -62,6 +74,16 @@ class ModelFile(Frozen):
     def _consistent(self) -> ModelFile:
         if self.source == "hf" and self.repo is None:
             raise ValueError("a model from Hugging Face needs `repo`")
+        derived = self.source == "derived"
+        if derived and (self.derived_from is None or self.dtype is None):
+            raise ValueError("a derived model needs `derived_from` (a model) and `dtype: f32`")
+        if not derived and (self.derived_from is not None or self.dtype is not None):
+            raise ValueError("`derived_from` and `dtype` belong to `source: derived` only")
+        if derived and (self.repo or self.revision or isinstance(self.sha256, tuple)):
+            raise ValueError(
+                "a derived model is made here, not downloaded: drop `repo` and `revision` "
+                "(and give one sha256: the copy is a single file)"
+            )
         if isinstance(self.sha256, tuple) and len(self.sha256) != len(self.parts):
             raise ValueError(
                 f"sha256 lists {len(self.sha256)} digests for {len(self.parts)} split parts"
@@ -84,11 +106,17 @@ class ModelFile(Frozen):
 
 
 class Pair(Frozen):
-    """A matched target and its speculation partner (a draft model, MTP heads or n-grams)."""
+    """A matched target and its speculation partner (a draft model, MTP heads or n-grams).
+
+    A draft that is not smaller than its target is refused before anything runs (each
+    draft token would cost what a target token costs), unless the pair says `plumbing:
+    true`: kept to prove the draft path works, never to be faster (a model drafting for
+    itself); such a pair gets a warning instead."""
 
     target: Handle
     draft: Handle | None = None
     spec: Literal["draft", "mtp", "ngram"] = "draft"
+    plumbing: bool = False
     notes: str = ""
     reported: str = ""
 
@@ -98,6 +126,8 @@ class Pair(Frozen):
             raise ValueError("spec 'draft' needs a `draft` model")
         if self.spec != "draft" and self.draft is not None:
             raise ValueError(f"spec {self.spec!r} uses no draft model; drop `draft`")
+        if self.plumbing and self.draft is None:
+            raise ValueError("`plumbing` is for a pair with a draft model; drop it")
         return self
 
 
@@ -140,6 +170,9 @@ def load_models(root: Path | None = None) -> ModelsFile:
         }
         where = f"{path} with {user}"
     parsed = parse(ModelsFile, raw, where)
+    for name, model in parsed.models.items():
+        if model.source == "derived":
+            _check_derived(name, model, parsed, where)
     for name, pair in parsed.pairs.items():
         for role in ("target", "draft"):
             handle = getattr(pair, role)
@@ -154,3 +187,28 @@ def load_models(root: Path | None = None) -> ModelsFile:
                 "marked `mtp: true` (it has no built-in MTP heads)."
             )
     return parsed
+
+
+def _check_derived(name: str, model: ModelFile, parsed: ModelsFile, where: str) -> None:
+    """A derived model is made from one verified file: a model under `models:` that is not
+    derived itself, a single file whose sha256 models.yaml records; its `file` is the name
+    the copy gets (`derived_name`)."""
+    handle = str(model.derived_from)
+    source = parsed.models.get(handle)
+    if source is None:
+        raise LlamaspecError(
+            f"{where}: model {name!r} is derived from {handle!r}, which is not under "
+            f"`models:`.{did_you_mean(handle, parsed.models)}"
+        )
+    if source.source == "derived" or len(source.parts) > 1 or not isinstance(source.sha256, str):
+        raise LlamaspecError(
+            f"{where}: model {name!r} is derived from {handle!r}, but a copy is made from one "
+            "verified file: a downloaded or embedded model (not another derived one), in one "
+            "part, whose `sha256` models.yaml records."
+        )
+    want = derived_name(source.file, source.sha256, str(model.dtype))
+    if model.file != want:
+        raise LlamaspecError(
+            f"{where}: model {name!r} is the {model.dtype} copy of {handle!r}, which is made "
+            f"as {want}; write `file: {want}`."
+        )

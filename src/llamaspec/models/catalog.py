@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from llamaspec import lock as lockfile
+from llamaspec import progress
 from llamaspec.config import ModelFile, ModelsFile, Pair
 from llamaspec.errors import LlamaspecError, choose
-from llamaspec.models import compat, heads, hub
+from llamaspec.models import compat, derived, heads, hub
 from llamaspec.models.embedded import embedded_model
 from llamaspec.paths import writable_dir
 
@@ -47,6 +48,9 @@ def local_files(
     asking the hub."""
     if model.source == "embedded":
         return [embedded_model()]
+    if model.source == "derived":
+        made = derived_made(model)
+        return None if made is None else [made]
     paths = [hub.cached_path(model, part, locked) for part in model.parts]
     if not all(paths):
         return None
@@ -61,12 +65,39 @@ def local_files(
     return paths  # type: ignore[return-value]
 
 
+def derived_made(model: ModelFile) -> Path | None:
+    """A derived model's copy if it has been made and is unchanged: its sha256 is the one
+    models.yaml records (else the one recorded when it was made); None otherwise."""
+    path = derived.copies_dir() / model.file
+    if not path.is_file():
+        return None
+    want = model.part_sha256(0) or derived.recorded_sha256(path)
+    return path if want and hub.sha256_of(path, lambda _m: None) == want else None
+
+
+def on_hand(models: ModelsFile, handle: str, locked: dict) -> bool:
+    """Whether the model is on disk, or can be made here without a download (the embedded
+    model, and a derived model whose source is on hand): what bench and tune fetch alone."""
+    model = models.models[handle]
+    if model.source == "embedded":
+        return True
+    if model.source == "derived":
+        source = str(model.derived_from)
+        return derived_made(model) is not None or on_hand(models, source, locked)
+    return local_path(model, locked.get(handle)) is not None
+
+
 def tokenizer(
     model: ModelFile, console: Console, locked: dict | None, local: Path | None = None
 ) -> compat.TokenizerInfo:
     """Tokenizer metadata: from a local file when given/present, else the remote header."""
     if local is not None:
         return compat.read_local(local)
+    if model.source == "derived" and derived_made(model) is None:
+        raise LlamaspecError(
+            f"{model.file} has not been made yet; `llamaspec models pull` with a pair that "
+            "names it makes it."
+        )
     path = local_path(model, locked)
     if path is not None:
         try:
@@ -115,10 +146,78 @@ def check_pair(
         return None
     if pair.draft is None:
         return None
-    target = tokenizer(models.models[pair.target], console, locked.get(pair.target), target_file)
-    draft = tokenizer(models.models[pair.draft], console, locked.get(pair.draft), draft_file)
+    target = header(models, pair.target, console, locked, target_file)
+    draft = header(models, pair.draft, console, locked, draft_file)
     # an EAGLE-3 head or a Gemma 4 assistant is also judged against the target's shape
-    return heads.check(target, draft)
+    verdict = heads.check(target, draft)
+    if verdict.ok:  # a draft the engine refuses is named as that first; then what it costs
+        sizes(name, pair, target, draft, console)
+    return verdict
+
+
+def header(
+    models: ModelsFile, handle: str, console: Console, locked: dict, local: Path | None = None
+) -> compat.TokenizerInfo:
+    """`tokenizer` of a catalog model; a derived model not made yet is read from its
+    source's header (the copy keeps every key), with the size its tensors will have."""
+    model = models.models[handle]
+    if model.source == "derived" and local is None and derived_made(model) is None:
+        info = header(models, str(model.derived_from), console, locked)
+        return replace(info, name=model.file, nbytes=info.params * derived.DTYPE_BYTES)
+    return tokenizer(model, console, locked.get(handle), local)
+
+
+def size_ratio(target: compat.TokenizerInfo, draft: compat.TokenizerInfo) -> float | None:
+    """The draft's tensor bytes over the target's, from their headers; None when either is
+    unknown, or the target is split and only its first part was read (too small a figure)."""
+    if not target.nbytes or draft.nbytes is None:
+        return None
+    if target.split_count > 1:
+        return None
+    return draft.nbytes / target.nbytes
+
+
+def _mb(n: int | None) -> str:
+    return f"{(n or 0) / 1e6:,.0f} MB" if (n or 0) >= 1e6 else f"{n or 0:,} bytes"
+
+
+def sizes(
+    name: str,
+    pair: Pair,
+    target: compat.TokenizerInfo,
+    draft: compat.TokenizerInfo,
+    console: Console,
+) -> None:
+    """Refuse a pair whose draft is not smaller than its target: each draft token would cost
+    about what a target token costs, so speculation cannot pay. A `plumbing: true` pair
+    (kept to prove the draft path, e.g. a model drafting for itself) gets a warning."""
+    ratio = size_ratio(target, draft)
+    if ratio is None:
+        return
+    if ratio < 1.0:
+        console.print(
+            f"model: the draft is {ratio:.2f}× the target's size ({_mb(draft.nbytes)} of "
+            f"{_mb(target.nbytes)} of weights)"
+        )
+        return
+    said = (
+        f"the draft {draft.name} ({_mb(draft.nbytes)} of weights) is {ratio:.2f}× the "
+        f"target's size ({target.name}, {_mb(target.nbytes)})"
+    )
+    if pair.plumbing:
+        console.print(
+            f"warning: pair {name!r} is a plumbing pair: {said}, so it proves the draft path "
+            "works but speculation cannot be faster.",
+            style="yellow",
+        )
+        return
+    raise LlamaspecError(
+        f"Pair {name!r}: {said}: each draft token costs as much as a target token or more, so "
+        "speculation cannot pay. Pick a smaller draft (a smaller model of the same family, or "
+        "a lower-bit quantization such as Q4_K_M of the target), or a draft-free pair "
+        "(`spec: ngram`); a pair kept only to prove the draft path works may say `plumbing: "
+        "true`. Nothing was downloaded."
+    )
 
 
 def check_files(target: Path, draft: Path) -> compat.Verdict:
@@ -130,7 +229,7 @@ def where_of(model: ModelFile, local: Path | None = None) -> str:
     """How a model is named in messages: the local file, else repo/file."""
     if local is not None:
         return str(local)
-    return model.file if model.source == "embedded" else f"{model.repo}/{model.file}"
+    return model.file if model.source != "hf" else f"{model.repo}/{model.file}"
 
 
 def render_verdict(verdict: compat.Verdict, console: Console) -> None:
@@ -182,32 +281,79 @@ def pull(
     paths: dict[str, Path | None] = {"target": None, "draft": None}
     for role in ("target", "draft"):
         handle = getattr(pair, role)
-        if handle is None:
-            continue
-        model = models.models[handle]
-        if model.source == "embedded":
-            paths[role] = embedded_model(console.print)
-            continue
-        cached = local_files(model, lock["models"].get(handle), known_only=True)
-        if cached is not None:  # cache first: a verified pair needs no network at all
-            console.print(f"model: {handle} ok (verified in the cache) → {cached[0]}")
-            paths[role] = cached[0]
-            continue
-        got = hub.download(handle, model, lock["models"].get(handle), console)
-        record = {
-            "repo": model.repo,
-            "revision": got.commit,
-            "sha256": dict(zip(model.parts, got.sha256, strict=True)),
-        }
-        if lock["models"].get(handle) != record:
-            # a user's own model in the user's lock, never in the checkout's
-            written = lockfile.record_model(root, handle, record)
-            if written is not None:
-                console.print(f"model: recorded {handle} @ {str(got.commit)[:12]} in {written}")
-        console.print(f"model: {handle} ok → {got.path}")
-        paths[role] = got.path
+        if handle is not None:
+            paths[role] = fetch(models, handle, root, lock, console)
     assert paths["target"] is not None
     return PairFiles(name, pair, paths["target"], paths["draft"])
+
+
+def fetch(models: ModelsFile, handle: str, root: Path, lock: dict, console: Console) -> Path:
+    """One model's (first) file on disk, verified: the embedded model assembled, a hub model
+    from the cache or downloaded (and recorded in the lock), a derived model made."""
+    model = models.models[handle]
+    if model.source == "embedded":
+        return embedded_model(console.print)
+    if model.source == "derived":
+        return make_derived(models, handle, root, lock, console)
+    cached = local_files(model, lock["models"].get(handle), known_only=True)
+    if cached is not None:  # cache first: a verified pair needs no network at all
+        console.print(f"model: {handle} ok (verified in the cache) → {cached[0]}")
+        return cached[0]
+    got = hub.download(handle, model, lock["models"].get(handle), console)
+    record = {
+        "repo": model.repo,
+        "revision": got.commit,
+        "sha256": dict(zip(model.parts, got.sha256, strict=True)),
+    }
+    if lock["models"].get(handle) != record:
+        # a user's own model in the user's lock, never in the checkout's
+        written = lockfile.record_model(root, handle, record)
+        if written is not None:
+            console.print(f"model: recorded {handle} @ {str(got.commit)[:12]} in {written}")
+    console.print(f"model: {handle} ok → {got.path}")
+    return got.path
+
+
+def make_derived(models: ModelsFile, handle: str, root: Path, lock: dict, console: Console) -> Path:
+    """A derived model's copy: used as it is when made and unchanged, else made (once, with
+    progress, atomically: a temporary file renamed into place) from its source, fetched
+    first, and checked against the sha256 models.yaml records."""
+    model = models.models[handle]
+    made = derived_made(model)
+    if made is not None:
+        console.print(f"model: {handle} ok (made here, verified) → {made}")
+        return made
+    source = str(model.derived_from)
+    src = fetch(models, source, root, lock, console)
+    want = models.models[source].part_sha256(0)
+    assert want is not None  # config: a derived model's source records its sha256
+    size = f", {model.size / 1e9:.2f} GB" if model.size else ""
+    console.print(
+        f"model: making {handle} once: the {model.dtype} copy of {source}{size} (reading the "
+        "source's tensors takes a minute or more on a small machine)"
+    )
+    with progress.bar(console) as bar:
+        task = bar.add_task(f"model: making {handle}, the {model.dtype} copy of {source}")
+
+        def tick(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        copy = derived.reference_copy(src, want, console.print, tick)
+    if model.sha256 and copy.sha256 != model.sha256:
+        from importlib.metadata import version as installed
+
+        version = installed("gguf")
+        raise LlamaspecError(
+            f"The {model.dtype} copy of {source} made here ({copy.path}) has sha256 "
+            f"{copy.sha256}, but models.yaml records {model.sha256} for {handle!r}, so it is "
+            f"not used: the `gguf` package here (version {version}) writes the copy "
+            "differently from the one that made the recorded file (models.yaml names that "
+            f"version next to the model). Install that gguf version, delete {copy.path}, and "
+            "run again."
+        )
+    hub.remember_sha256(copy.path, copy.sha256)  # later uses need not hash 1 GB again
+    console.print(f"model: {handle} ok (made here, sha256 {copy.sha256[:16]}…) → {copy.path}")
+    return copy.path
 
 
 def pair_files(models: ModelsFile, name: str, root: Path) -> list[Path]:
@@ -294,5 +440,7 @@ def list_table(models: ModelsFile, recipes: dict) -> Table:
 def _label(model: ModelFile) -> str:
     if model.source == "embedded":
         return f"{model.file} (PyPI)"
+    if model.source == "derived":
+        return f"{model.file} ({str(model.dtype).upper()} of {model.derived_from}, made here)"
     more = f" (+{len(model.parts) - 1} parts)" if len(model.parts) > 1 else ""
     return f"{model.repo}/{model.file}{more}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUF_MAGIC, READER_SUPPORTED_VERSIONS, GGUFValueType, Keys
+from gguf import GGML_QUANT_SIZES, GGUF_MAGIC, READER_SUPPORTED_VERSIONS, GGUFValueType, Keys
 
 from llamaspec.errors import LlamaspecError
 
@@ -137,6 +137,7 @@ class TokenizerInfo:
     target_hidden: int | None = None  # eagle3: `<arch>.target_hidden_size`
     embd_out: int | None = None  # `<arch>.embedding_length_out` (assistant: the target's width)
     d2t: int | None = None  # eagle3: entries of its `d2t` tensor (draft → target vocab map)
+    nbytes: int | None = None  # this file's tensor bytes (None: a type gguf does not know)
 
     def dim(self, key: str) -> int | None:
         """`<arch>.<key>` (e.g. `block_count`, `attention.head_count_kv`), where the header
@@ -153,8 +154,7 @@ class TokenizerInfo:
         return (self.mtp_layers or 0) > 0 or self.nextn_tensors > 0
 
 
-class _Truncated(Exception):
-    pass
+class _Truncated(Exception): ...
 
 
 _SCALARS = {
@@ -227,8 +227,7 @@ class _Cursor:
         return items if keep else None
 
 
-# The first four bytes of every GGUF file.
-MAGIC = GGUF_MAGIC.to_bytes(4, "little")
+MAGIC = GGUF_MAGIC.to_bytes(4, "little")  # the first four bytes of every GGUF file
 
 
 def _parse(data: bytes, name: str) -> TokenizerInfo:
@@ -260,7 +259,7 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
                 or str(key).partition(".")[2] in HEAD_KEYS
             )
             kv[key] = cur.value(vtype, keep)  # type: ignore[index]
-        nextn = params = 0
+        nextn = params = nbytes = 0  # nbytes -1: a tensor type the gguf package lacks
         blocks: set[int] = set()
         d2t: int | None = None
         for _ in range(n_tensors):  # tensor infos: name, n_dims, dims, type, offset
@@ -269,9 +268,10 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
             if n_dims > 16:
                 raise ValueError(f"tensor {tensor!r} claims {n_dims} dimensions")
             dims = [int(cur.take("Q")) for _ in range(n_dims)]  # type: ignore[call-overload]
-            params += math.prod(dims)
-            cur.take("I")
+            params += (n := math.prod(dims))
+            size = GGML_QUANT_SIZES.get(int(cur.take("I")))  # type: ignore[call-overload]
             cur.take("Q")
+            nbytes = -1 if nbytes < 0 or size is None else nbytes + n // size[0] * size[1]
             nextn += "nextn" in tensor
             if m := NEXTN_TENSOR.match(tensor):
                 blocks.add(int(m[1]))
@@ -308,6 +308,7 @@ def _parse(data: bytes, name: str) -> TokenizerInfo:
         target_hidden=_int(kv.get(f"{arch}.target_hidden_size")),
         embd_out=_int(kv.get(f"{arch}.embedding_length_out")),
         d2t=d2t,
+        nbytes=None if nbytes < 0 else nbytes,
     )
 
 

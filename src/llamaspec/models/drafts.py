@@ -201,6 +201,17 @@ def resolve_target(text: str, catalog: ModelsFile) -> Source:
 
             path = embedded_model()
             return Source(None, path.name, path.stat().st_size, path, handle=text)
+        if model.source == "derived":
+            from llamaspec.models.catalog import derived_made
+
+            made = derived_made(model)
+            if made is None:
+                raise LlamaspecError(
+                    f"{text} is made here from {model.derived_from} ({model.dtype}) and has not "
+                    f"been made yet; `llamaspec models pull` with a pair that names it makes "
+                    f"it, or give {model.derived_from} as the target."
+                )
+            return Source(None, made.name, made.stat().st_size, made, handle=text)
         return Source(model.repo, model.file, model.size, handle=text)
     path = Path(text).expanduser()
     if path.is_file() or (text.endswith(".gguf") and not re.match(r"^[\w.-]+/[\w.-]+[:/]", text)):

@@ -31,18 +31,14 @@ from llamaspec.perf.workloads import Workload
 def recipe_models(name: str, console: Console) -> tuple[config.Recipe, Path, Path | None]:
     """A catalog recipe and its pair's files on disk (verified by `models pull`).
 
-    Only the embedded pair is fetched here; other pairs must be pulled first."""
+    Only the embedded model (and copies made from it) is fetched here; other pairs must be
+    pulled first."""
     root = project_root()
     recipe, models = recipes.find(name, root)
     pair = models.pairs[recipe.pair]
     handles = [h for h in (pair.target, pair.draft) if h is not None]
     locked = lockfile.load(root)["models"]
-    missing = [
-        h
-        for h in handles
-        if models.models[h].source != "embedded"
-        and catalog.local_path(models.models[h], locked.get(h)) is None
-    ]
+    missing = [h for h in handles if not catalog.on_hand(models, h, locked)]
     if missing:
         raise LlamaspecError(
             f"Recipe {recipe.name!r} needs pair {recipe.pair!r}, whose model(s) "

@@ -56,7 +56,7 @@ class Rendered:
     recipe: config.Recipe
     cmd: ServerCommand
     artifact: Artifact | None
-    missing: tuple[str, ...]  # model files not downloaded yet (hf://… in the command)
+    missing: tuple[str, ...]  # model files not downloaded (or made) yet: hf://… in the command
 
     def llama_swap(self, ttl: int | None = None, aliases: Sequence[str] = ()) -> str:
         """The command as a llama-swap `models:` entry; refused while a model file is not
@@ -73,9 +73,12 @@ class Rendered:
 
 
 def model_path(model: config.ModelFile, locked: dict | None) -> Path | str:
-    """The model's file where it was downloaded, else its hf:// address."""
+    """The model's file where it was downloaded (or made), else its hf:// address (a derived
+    model not made yet: `derived://SOURCE/FILE`)."""
     from llamaspec.models import catalog as models
 
+    if model.source == "derived":
+        return models.local_path(model, locked) or f"derived://{model.derived_from}/{model.file}"
     return models.local_path(model, locked) or f"hf://{model.repo}/{model.file}"
 
 
@@ -94,7 +97,7 @@ def recipe_command(
     target = model_path(catalog.models[pair.target], locked.get(pair.target))
     draft = model_path(catalog.models[pair.draft], locked.get(pair.draft)) if pair.draft else None
     cmd, artifact = render(opts, recipe, target, draft, console)
-    missing = tuple(str(p) for p in (target, draft) if p is not None and str(p).startswith("hf://"))
+    missing = tuple(str(p) for p in (target, draft) if p is not None and not isinstance(p, Path))
     return Rendered(recipe, cmd, artifact, missing)
 
 
