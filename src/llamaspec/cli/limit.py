@@ -46,13 +46,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "limit",
         help="the engine's speculation ceiling: synthetic acceptance × draft length against "
         "the bound S(α, γ, c)",
-        description="Sweep synthetic acceptance α × draft length γ on a built server (a free "
-        "n-gram draft whose tokens a coin accepts: upstream's --spec-synth-rates, "
-        "benchmarking only), plain decoding taking turns, and report the measured speedup "
-        "beside the bound S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1)) with c fitted from "
-        "the measurement, the fixed cost per verification round it implies, and a plot. "
-        "With --bench, each bench report's speedup ÷ the ceiling at its own acceptance, "
-        "draft length and draft cost.",
+        description="Sweep synthetic acceptance α × draft length γ on a built server (a free\n"
+        "n-gram draft whose tokens a coin accepts: upstream's --spec-synth-rates,\n"
+        "benchmarking only), plain decoding taking turns, and report the measured speedup\n"
+        "beside the bound S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1)) with c fitted\n"
+        "from the measurement, the fixed cost per verification round it implies, and a\n"
+        "plot. With --bench, each bench report's speedup ÷ the ceiling at its own\n"
+        "acceptance, draft length and draft cost.",
     )
     shared.add_artifact_args(p)
     p.add_argument(

@@ -4,9 +4,11 @@ workloads (the fixed benchmark workloads), bench (plain vs speculative runs), be
 (the frozen bench report and its JSON, Markdown and PNG), bench_plans (a recipe rendered for
 a build and split into plain and speculative arguments: a catalog recipe's or an ad-hoc
 one; bench, tune and draft measure start from one), costmodel (predicted speedup from
-measured costs), tune (the sweep → a tuned recipe), tune_report (its frozen results, state
-file, ranking and report), portable (portable vs native builds), draft_measure (`draft find
---measure`), netlab and rpcstudy (the RPC latency study across network namespaces).
+measured costs), limit and limit_report (the engine's speculation ceiling: synthetic
+acceptance swept against the bound, and its report), tune (the sweep → a tuned recipe),
+tune_report (its frozen results, state file, ranking and report), portable (portable vs
+native builds), draft_measure (`draft find --measure`), netlab and rpcstudy (the RPC latency
+study across network namespaces).
 
 May import: the base modules, llamaspec.engine, llamaspec.models, llamaspec.runtime and
 llamaspec.proof.
