@@ -123,6 +123,14 @@ def test_c_and_the_fixed_cost_per_round_are_fitted_from_the_rounds() -> None:
     expected = sum(g * e / plain for g, e in points) / sum(g * g for g, _ in points)
     assert c == pytest.approx(expected)
     assert limit.fit_c([]) is None
+    # the round cost at γ follows the line: a fixed cost weighs more on short drafts
+    fit = limit.Fit(c, fixed, per_token, plain, longest=8)
+    for g in (1, 2, 4, 8, 16):
+        assert fit.c_at(g) == pytest.approx((fixed + per_token * g) / (g * plain))
+        assert limit.round_cost(plain + fixed + per_token * g, plain, g) == pytest.approx(
+            fit.c_at(g)
+        )
+    assert limit.Fit(0.3, 5.0, None, plain).c_at(4) == 0.3  # one length: the one c
 
 
 def _sample(tokens: int, ms: float, drafts: int = 0, drafted: int = 0, accepted: int = 0):
@@ -146,16 +154,17 @@ def test_a_point_from_its_samples_and_the_ratio_to_its_bound() -> None:
     mixed = limit.point(0.5, 4, plain, [_sample(65, 14 * 100.0 + 20 * 200.0, 20, 80, 30)])
     assert mixed.round_ms == pytest.approx(200.0)
     assert mixed.coverage == pytest.approx(50 / 64, abs=1e-3)
-    c, fixed, per_token = limit.fitted([p])
-    assert c == pytest.approx(0.25)
-    assert fixed == pytest.approx(100.0) and per_token is None
-    [bounded] = limit.with_bounds([p], c)
+    fit = limit.fitted([p])
+    assert fit.c == pytest.approx(0.25) and fit.c_at(4) == fit.c
+    assert fit.overhead_ms == pytest.approx(100.0) and fit.per_token_ms is None
+    assert fit.plain_ms == pytest.approx(100.0) and fit.longest == 4
+    [bounded] = limit.with_bounds([p], fit)
     assert bounded.bound == pytest.approx(2.5 / 2.0, abs=1e-3)
     assert bounded.over_bound == pytest.approx(p.speedup / bounded.bound, abs=1e-3)
     # no drafted round: no c, no bound
     dry = limit.point(0.0, 2, plain, [_sample(51, 5100.0)])
     assert dry.round_ms is None and dry.c is None and dry.measured_alpha is None
-    assert limit.with_bounds([dry], 0.3) == (dry,)
+    assert limit.with_bounds([dry], limit.Fit(0.3, None, None, 100.0)) == (dry,)
 
 
 # ---------------------------------------------------------------- bench reports
@@ -175,7 +184,7 @@ def _bench(draft_cost: float | None = 0.1) -> dict:
 
 
 def test_a_recipes_speedup_over_the_ceiling_at_its_acceptance_and_draft_cost() -> None:
-    rows = limit.recipe_ceilings("bench-r.json", _bench(), 0.2)
+    rows = limit.recipe_ceilings("bench-r.json", _bench(), limit.Fit(0.2, None, None, 10.0, 8))
     assert [(r.workload, r.note == "") for r in rows] == [("copy", True), ("qa", False)]
     copy = rows[0]
     assert copy.length == pytest.approx(4.0)
@@ -183,14 +192,21 @@ def test_a_recipes_speedup_over_the_ceiling_at_its_acceptance_and_draft_cost() -
     assert copy.ceiling == pytest.approx(3.0 / (1 + 4 * 0.3), abs=1e-3)
     assert copy.ratio == pytest.approx(1.5 / (3.0 / 2.2), abs=1e-3)
     assert "drafts" in rows[1].note and rows[1].ratio is None
+    assert not copy.extrapolated
+    # with a line: c at the report's γ; a γ past the longest draft swept is marked
+    line = limit.Fit(0.5, 2.0, 1.0, 10.0, longest=2)
+    [far, _] = limit.recipe_ceilings("bench-r.json", _bench(), line)
+    assert far.extrapolated
+    assert far.ceiling == pytest.approx(3.0 / (1 + 4 * ((2.0 + 4.0) / 40.0 + 0.1)), abs=1e-3)
 
 
 def test_a_bench_report_without_a_field_says_which() -> None:
-    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(None), 0.2)
+    fit = limit.Fit(0.2, None, None, 10.0, 8)
+    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(None), fit)
     assert copy.ratio is None and "draft_cost_ratio" in copy.note
-    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(), None)
+    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(), limit.Fit(None, None, None, None))
     assert "the sweep's c" in copy.note
-    [empty] = limit.recipe_ceilings("b.json", {"recipe": "r", "workloads": []}, 0.2)
+    [empty] = limit.recipe_ceilings("b.json", {"recipe": "r", "workloads": []}, fit)
     assert "workloads" in empty.note
 
 
@@ -291,8 +307,8 @@ def _report() -> limit.LimitReport:
         limit.point(0.0, 2, plain, [_sample(51, 50 * 150.0, 50, 100, 0)]),
         limit.point(0.9, 2, plain, [_sample(51, 18 * 150.0, 18, 36, 32)]),
     ]
-    c, fixed, per_token = limit.fitted(points)
-    recipes = limit.recipe_ceilings("bench-r.json", _bench(), c)
+    fit = limit.fitted(points)
+    recipes = limit.recipe_ceilings("bench-r.json", _bench(), fit)
     return limit.LimitReport(
         artifact_id="llamacpp-cpu-x",
         engine="llama.cpp",
@@ -303,11 +319,11 @@ def _report() -> limit.LimitReport:
         model="m.gguf",
         plan=limit.LimitPlan(alphas=(0.0, 0.9), lengths=(2,), repetitions=1, tokens=51),
         commands={"plain": "llama-server -m m.gguf"},
-        points=limit.with_bounds(points, c),
-        c=c,
-        overhead_ms=fixed,
-        per_token_ms=per_token,
-        plain_ms_per_token=100.0,
+        points=limit.with_bounds(points, fit),
+        c=fit.c,
+        overhead_ms=fit.overhead_ms,
+        per_token_ms=fit.per_token_ms,
+        plain_ms_per_token=fit.plain_ms,
         recipes=tuple(recipes),
     )
 
@@ -316,6 +332,7 @@ def test_the_report_is_written_as_json_markdown_and_a_plot(tmp_path: Path) -> No
     report = _report()
     assert report.c == pytest.approx(0.25)  # 150 ms rounds over 100 ms decodes, γ = 2
     assert report.overhead_ms == pytest.approx(50.0)
+    assert report.fit == limit.fitted(report.points)
     console = Console(record=True, width=220)
     stem = limit_report.write(report, tmp_path, console)
     data = json.loads(stem.with_suffix(".json").read_text())

@@ -21,11 +21,12 @@ and the round's cost over a plain decode; `c` is fitted to all of them (least sq
 through the origin of round ÷ plain − 1 against γ), and a line through (γ, round − plain
 decode, in ms) gives the fixed cost of a verification round (its intercept) and the cost
 per drafted token (its slope). Each point's measured speedup is then set beside
-S(α̂, γ, c).
+S(α̂, γ, c at γ): the line's cost at γ where more than one length was swept (a fixed cost
+weighs on short drafts more), else the one c.
 
 `recipe_ceilings` reads bench reports (perf.bench_report's JSON) and divides each
 workload's measured speedup by the ceiling at its own acceptance, draft length and draft
-cost: S(α̂, γ, c + the draft's cost). perf.limit_report writes the report.
+cost: S(α̂, γ, c at γ + the draft's cost). perf.limit_report writes the report.
 """
 
 from __future__ import annotations
@@ -275,6 +276,7 @@ class RecipeCeiling:
     ceiling: float | None
     ratio: float | None
     note: str = ""  # why a figure is missing
+    extrapolated: bool = False  # γ beyond the sweep's longest draft
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,11 @@ class LimitReport:
     plain_ms_per_token: float | None
     recipes: tuple[RecipeCeiling, ...] = ()
     wall_seconds: float = 0.0
+
+    @property
+    def fit(self) -> Fit:
+        longest = max(self.plan.lengths, default=0)
+        return Fit(self.c, self.overhead_ms, self.per_token_ms, self.plain_ms_per_token, longest)
 
     def to_json(self) -> dict:
         return {
@@ -366,20 +373,41 @@ def point(alpha: float, gamma: int, plain: Sequence[Sample], spec: Sequence[Samp
     )
 
 
-def fitted(points: Sequence[Point]) -> tuple[float | None, float | None, float | None]:
-    """(c, fixed ms per round, ms per drafted token) over every point that had drafts."""
+@dataclass(frozen=True)
+class Fit:
+    """What the rounds of a sweep say about the engine: one `c` for every γ, and the line
+    round − plain decode = overhead_ms + per_token_ms · γ (ms)."""
+
+    c: float | None
+    overhead_ms: float | None  # the fixed cost of a verification round
+    per_token_ms: float | None  # the cost of each drafted token in a round
+    plain_ms: float | None  # a plain decode, ms per token
+    longest: int = 0  # the longest draft swept
+
+    def c_at(self, gamma: float) -> float | None:
+        """The round cost at γ: from the line where it has a slope, else the one c."""
+        if self.per_token_ms is None or self.overhead_ms is None or not self.plain_ms:
+            return self.c
+        return max((self.overhead_ms + self.per_token_ms * gamma) / (gamma * self.plain_ms), 0.0)
+
+
+def fitted(points: Sequence[Point]) -> Fit:
+    """The fit over every point that had drafted rounds."""
     c = fit_c((p.length, p.c) for p in points if p.c is not None)
     extra = [
         (p.length, p.round_ms - p.plain_ms_per_token) for p in points if p.round_ms is not None
     ]
     fixed, per_token = fit_overhead(extra)
-    return c, fixed, per_token
+    plain = [p.plain_ms_per_token for p in points if p.plain_ms_per_token > 0]
+    longest = max((p.length for p in points), default=0)
+    return Fit(c, fixed, per_token, statistics.median(plain) if plain else None, longest)
 
 
-def with_bounds(points: Sequence[Point], c: float | None) -> tuple[Point, ...]:
-    """Each point with S(its measured α, γ, c) and its measured speedup ÷ that bound."""
+def with_bounds(points: Sequence[Point], fit: Fit) -> tuple[Point, ...]:
+    """Each point with S(its measured α, γ, the fit's c at γ) and its speedup ÷ that bound."""
     out = []
     for p in points:
+        c = fit.c_at(p.length)
         if c is None or p.measured_alpha is None:
             out.append(p)
             continue
@@ -392,8 +420,9 @@ def with_bounds(points: Sequence[Point], c: float | None) -> tuple[Point, ...]:
 # --- bench reports against the ceiling -----------------------------------------------------
 
 
-def recipe_ceilings(name: str, report: Mapping[str, Any], c: float | None) -> list[RecipeCeiling]:
-    """A bench report's one-client workloads against S(α̂, γ, c + its draft cost).
+def recipe_ceilings(name: str, report: Mapping[str, Any], fit: Fit) -> list[RecipeCeiling]:
+    """A bench report's one-client workloads against S(α̂, γ, the fit's c at γ + its draft
+    cost); a γ longer than the sweep's longest is marked `extrapolated`.
 
     Reads perf.bench_report's JSON: per workload `summary.speedup`, `drafts`, `drafted`,
     `accepted`; the draft cost is `cost_model.draft_cost_ratio`. A missing field gives a
@@ -414,7 +443,7 @@ def recipe_ceilings(name: str, report: Mapping[str, Any], c: float | None) -> li
         missing = [k for k in ("speedup", "drafts", "drafted", "accepted") if s.get(k) is None]
         if draft_cost is None:
             missing.append("cost_model.draft_cost_ratio (a bench run with --no-cost-model)")
-        if c is None:
+        if fit.c is None:
             missing.append("the sweep's c (no drafted round was measured)")
         workload = str(cell.get("workload", "?"))
         speedup = s.get("speedup")
@@ -430,6 +459,7 @@ def recipe_ceilings(name: str, report: Mapping[str, Any], c: float | None) -> li
             continue
         gamma = s["drafted"] / s["drafts"]
         alpha = alpha_for_length(1.0 + s["accepted"] / s["drafts"], gamma)
+        c = fit.c_at(gamma)
         assert c is not None and draft_cost is not None  # checked above
         ceiling = bound(alpha, gamma, c + float(draft_cost))
         out.append(
@@ -443,6 +473,7 @@ def recipe_ceilings(name: str, report: Mapping[str, Any], c: float | None) -> li
                 float(draft_cost),
                 round(ceiling, 4),
                 round(float(speedup) / ceiling, 4) if ceiling > 0 else None,
+                extrapolated=gamma > fit.longest,
             )
         )
     return out
@@ -506,37 +537,35 @@ def sweep(
     configs = plan.configurations()
     started = time.monotonic()
     points: list[Point] = []
-    progress = bar(console) if console is not None else None
     total = len(configs) * plan.repetitions * 2
-    with running(artifact.server, base, logs / "plain.log") as plain_srv:
-        ctx = progress if progress is not None else _Quiet()
-        with ctx as pb:
-            task = pb.add_task("limit", total=total)
-            for alpha, gamma in configs:
-                synth = dialects.synthetic_steps(
-                    dialect, help_text, gamma, synth_rates(alpha, gamma)
-                )
-                assert synth is not None  # check_synthetic passed
-                args = [*base, *synth]
-                commands[f"α={alpha:g}, γ={gamma}"] = bench.shown(args)
-                label = f"α={alpha:g} γ={gamma}"
-                if progress is None:
-                    say(f"limit: {label}")
-                plain: list[Sample] = []
-                spec: list[Sample] = []
-                log = logs / f"synth-a{alpha:g}-g{gamma}.log"
-                with running(artifact.server, args, log) as spec_srv:
-                    for rep in range(plan.repetitions):
-                        pb.update(task, description=f"{label} plain ({rep + 1})")
-                        plain.append(bench.run(plain_srv, workload, 1))
-                        pb.advance(task)
-                        pb.update(task, description=f"{label} synthetic ({rep + 1})")
-                        spec.append(bench.run(spec_srv, workload, 1))
-                        pb.advance(task)
-                points.append(point(alpha, gamma, plain, spec))
-    c, fixed, per_token = fitted(points)
-    plain_ms = [p.plain_ms_per_token for p in points if p.plain_ms_per_token > 0]
-    recipes = [r for name, rep in bench_reports for r in recipe_ceilings(name, rep, c)]
+    # without a console, `say` gets a line per configuration and nothing else shows
+    with (
+        running(artifact.server, base, logs / "plain.log") as plain_srv,
+        bar(console or Console(quiet=True)) as pb,
+    ):
+        task = pb.add_task("limit", total=total)
+        for alpha, gamma in configs:
+            synth = dialects.synthetic_steps(dialect, help_text, gamma, synth_rates(alpha, gamma))
+            assert synth is not None  # check_synthetic passed
+            args = [*base, *synth]
+            commands[f"α={alpha:g}, γ={gamma}"] = bench.shown(args)
+            label = f"α={alpha:g} γ={gamma}"
+            if console is None:
+                say(f"limit: {label}")
+            plain: list[Sample] = []
+            spec: list[Sample] = []
+            log = logs / f"synth-a{alpha:g}-g{gamma}.log"
+            with running(artifact.server, args, log) as spec_srv:
+                for rep in range(plan.repetitions):
+                    pb.update(task, description=f"{label} plain ({rep + 1})")
+                    plain.append(bench.run(plain_srv, workload, 1))
+                    pb.advance(task)
+                    pb.update(task, description=f"{label} synthetic ({rep + 1})")
+                    spec.append(bench.run(spec_srv, workload, 1))
+                    pb.advance(task)
+            points.append(point(alpha, gamma, plain, spec))
+    fit = fitted(points)
+    recipes = [r for name, rep in bench_reports for r in recipe_ceilings(name, rep, fit)]
     m = artifact.manifest
     return LimitReport(
         artifact_id=artifact.id,
@@ -548,33 +577,11 @@ def sweep(
         model=model.name,
         plan=plan,
         commands=commands,
-        points=with_bounds(points, c),
-        c=c,
-        overhead_ms=fixed,
-        per_token_ms=per_token,
-        plain_ms_per_token=statistics.median(plain_ms) if plain_ms else None,
+        points=with_bounds(points, fit),
+        c=fit.c,
+        overhead_ms=fit.overhead_ms,
+        per_token_ms=fit.per_token_ms,
+        plain_ms_per_token=fit.plain_ms,
         recipes=tuple(recipes),
         wall_seconds=round(time.monotonic() - started, 1),
     )
-
-
-@dataclass
-class _Quiet:
-    """A progress bar that shows nothing (no console: `say` gets the lines)."""
-
-    done: float = 0.0
-
-    def __enter__(self) -> _Quiet:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def add_task(self, description: str, total: float | None = None) -> int:
-        return 0
-
-    def update(self, task: int, *, description: str | None = None, **_: Any) -> None:
-        return None
-
-    def advance(self, task: int, advance: float = 1) -> None:
-        self.done += advance

@@ -80,7 +80,7 @@ def recipe_rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
                 r["workload"],
                 _x(r["speedup"], unit="×"),
                 _x(r["acceptance"], ".3f"),
-                _x(r["length"], ".1f"),
+                _x(r["length"], ".1f") + (" (extrapolated)" if r.get("extrapolated") else ""),
                 _x(r["draft_cost"], ".3f"),
                 _x(r["ceiling"], unit="×"),
                 _x(r["ratio"]),
@@ -102,7 +102,8 @@ def markdown(report: Mapping[str, Any]) -> str:
         f"drafts of exactly γ tokens; medians of {plan['repetitions']} repetition(s) of "
         f"{plan['tokens']} tokens, greedy, plain and synthetic servers taking turns",
         "- bound: S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1)) at the measured α (the α "
-        "whose mean tokens per round is the measured one)",
+        "whose mean tokens per round is the measured one) and c at γ: (fixed + per-token "
+        "cost × γ) ÷ (γ × plain decode) where several lengths were swept, else the one c",
         f"- fitted c = {_x(report['c'], '.4f')} (a round costs γc + 1 plain decodes); fixed "
         f"cost per verification round {_x(report['overhead_ms'], '.2f', ' ms')}, per drafted "
         f"token {_x(report['per_token_ms'], '.2f', ' ms')}; plain decode "
@@ -119,7 +120,7 @@ def markdown(report: Mapping[str, Any]) -> str:
             "",
             "Each bench report's one-client workloads: measured speedup ÷ S(α, γ, c + the "
             "draft's cost), at the workload's own acceptance and mean draft length, with c "
-            "fitted above.",
+            "the fit above at that γ (extrapolated beyond the longest draft swept).",
             "",
             "| " + " | ".join(RECIPE_HEAD) + " |",
             "|" + "---|" * len(RECIPE_HEAD),
@@ -144,6 +145,7 @@ def plot(report: Mapping[str, Any], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(8, 5))
     lengths = sorted({p["length"] for p in report["points"]})
     c = report["c"]
+    fit = limit.Fit(c, report["overhead_ms"], report["per_token_ms"], report["plain_ms_per_token"])
     for i, g in enumerate(lengths):
         pts = [p for p in report["points"] if p["length"] == g]
         colour = f"C{i}"
@@ -154,9 +156,10 @@ def plot(report: Mapping[str, Any], path: Path) -> bool:
             label=f"γ={g} measured",
             zorder=3,
         )
-        if c is not None:
+        cg = fit.c_at(g)
+        if cg is not None:
             xs = [j / 100 for j in range(0, 100)]
-            ax.plot(xs, [limit.bound(x, g, c) for x in xs], color=colour, label=f"γ={g} bound S")
+            ax.plot(xs, [limit.bound(x, g, cg) for x in xs], color=colour, label=f"γ={g} bound S")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xlabel("acceptance α (measured)")
     ax.set_ylabel("speedup (synthetic ÷ plain tok/s)")
