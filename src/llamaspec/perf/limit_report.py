@@ -166,7 +166,7 @@ def plot(report: Mapping[str, Any], path: Path) -> bool:
     ax.legend(fontsize=8, ncol=2)
     fig.suptitle(
         f"speculation ceiling — {report['artifact_id']} ({report['engine']} "
-        f"{(report['commit'] or '')[:12]}), c = {_x(c, '.3f')}, fixed "
+        f"{(report['commit'] or '')[:12]}) — {report['model']}\nc = {_x(c, '.3f')}, fixed "
         f"{_x(report['overhead_ms'], '.1f', ' ms')}/round — {report['machine']['description']}",
         fontsize=9,
     )
