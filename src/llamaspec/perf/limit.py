@@ -183,7 +183,7 @@ def check_synthetic(dialect: str, help_text: str, where: str) -> None:
     flags = help_flags(help_text)
     rates = d.flags.get("synth_rates")
     if rates is None or rates not in flags or "ngram-mod" not in d.types:
-        listed = "its --help" if rates is None else f"its --help has no {rates}"
+        listed = "no such flag in the dialect" if rates is None else f"its --help has no {rates}"
         raise LlamaspecError(
             f"The speculation ceiling needs synthetic acceptance, which {where} (dialect "
             f"{d.name!r}: {d.pins}) lacks ({listed}): the sweep lets a coin accept n-gram "
