@@ -20,6 +20,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llamaspec bench --target my.gguf --draft my-draft.gguf --spec draft --n-max 8",
     ),
     "tune": ("llamaspec tune gemma3-270m-ngram --budget 10",),
+    "limit": (
+        "llamaspec limit --artifact llamacpp-cpu --lengths 2,4 --alphas 0,0.5,0.9",
+        "llamaspec limit --bench reports/bench-gemma3-270m-ngram-llamacpp-cpu.json",
+    ),
     "bench-build": ("llamaspec bench-build --artifact llamacpp-cpu",),
     "bench-reproducible": ("llamaspec bench-reproducible --artifact llamacpp-cpu",),
     "bench-portable": (

@@ -16,6 +16,7 @@ from llamaspec.cli import draft as cli_draft
 from llamaspec.cli import examples, options
 from llamaspec.cli import gpu as cli_gpu
 from llamaspec.cli import health as cli_health
+from llamaspec.cli import limit as cli_limit
 from llamaspec.cli import models as cli_models
 from llamaspec.cli import patches as cli_patches
 from llamaspec.cli import rpc as cli_rpc
@@ -58,6 +59,7 @@ def make_parser() -> argparse.ArgumentParser:
     cli_build.add_parsers(sub)
     cli_verify.add_parsers(sub)
     cli_bench.add_parsers(sub)
+    cli_limit.add_parsers(sub)
     cli_patches.add_parsers(sub)
     cli_models.add_parsers(sub)
     cli_draft.add_parsers(sub)

@@ -2,7 +2,9 @@
 
 CUDA builds of both engines at their default pins (each smoke-tested), the strict and
 oracle tiers of verify, a re-check of each open finding (proof.defects.OPEN_FINDINGS) as it
-was seen, the ngram recipe and the tuned one benchmarked, and a short tune;
+was seen, the ngram recipe and the tuned one benchmarked, the speculation ceiling swept
+(`limit`, on engines with synthetic acceptance) with those bench reports set against it,
+and a short tune;
 every report goes under the reports directory, and a summary names the GPU and the driver.
 Without a visible NVIDIA GPU it stops before doing anything.
 
@@ -31,6 +33,8 @@ ENGINES = ("llama.cpp", "ik_llama.cpp")
 RECIPES = ("gemma3-270m-ngram", "gemma3-270m-ngram-tuned")
 STEP_TIMEOUT_S = 3 * BUILD_TIMEOUT_S  # one step; a CUDA build and its smoke test are long
 TIMED_OUT = 124  # a step's exit status when it was stopped at STEP_TIMEOUT_S
+# Engines whose default pin has synthetic acceptance (`llamaspec limit` sweeps it).
+SYNTHETIC = ("llama.cpp",)
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,16 @@ def steps(request: Request, engine: str, aid: str) -> list[tuple[str, list[str]]
         where = ["--dist", str(request.dist), "--reports", str(request.reports / f.id)]
         out.append((f"{engine}: re-check {f.id}", [*f.check, "--artifact", aid, *where]))
     out += [(f"{engine}: bench {recipe}", ["bench", recipe, *art]) for recipe in RECIPES]
+    if engine in SYNTHETIC:
+        # the speculation ceiling, with the two bench reports just written set against it
+        benches = [str(request.reports / f"bench-{recipe}-{aid}.json") for recipe in RECIPES]
+        out.append((f"{engine}: limit", ["limit", *art, *_each("--bench", benches)]))
     budget = str(request.tune_budget)
     return [*out, (f"{engine}: tune", ["tune", RECIPES[0], "--budget", budget, *art])]
+
+
+def _each(flag: str, values: list[str]) -> list[str]:
+    return [a for v in values for a in (flag, v)]
 
 
 def kept_from(summary: Path, engines: list[str]) -> tuple[list[dict], dict[str, str]]:

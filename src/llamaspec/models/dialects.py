@@ -140,6 +140,7 @@ DIALECTS: Mapping[str, Dialect] = {
                 "ngram_mod_n_max": "--spec-ngram-mod-n-max",
                 "ngram_mod_n_match": "--spec-ngram-mod-n-match",
                 "synth_rates": "--spec-synth-rates",
+                "synth_len": "--spec-synth-len",
             },
             stacks=True,
         ),
@@ -452,10 +453,10 @@ def _spec(
 SYNTH_MATCH = 4
 
 
-def synthetic_steps(dialect: str, help_text: str, drafted: int) -> list[str] | None:
+def synthetic_steps(dialect: str, help_text: str, drafted: int, rates=None) -> list[str] | None:
     """Speculative flags for a timing run (benchmarking only; its output is not valid):
-    n-gram drafts of exactly `drafted` tokens, every one counted as accepted. None where the
-    build has no synthetic acceptance."""
+    n-gram drafts of exactly `drafted` tokens, position i accepted with probability `rates[i]`
+    (all when None). None where the build lacks synthetic acceptance (upstream PR #27711)."""
     d = find_dialect(dialect)
     flag = d.flags.get("synth_rates")
     if flag is None or flag not in help_flags(help_text) or "ngram-mod" not in d.types:
@@ -466,7 +467,8 @@ def synthetic_steps(dialect: str, help_text: str, drafted: int) -> list[str] | N
         ngram_mod_n_max=drafted,
         ngram_mod_n_match=SYNTH_MATCH,
     )
-    return [*_spec(d, spec, None, "a synthetic timing run", []), flag, ",".join("1" * drafted)]
+    shown = ",".join("1" * drafted) if rates is None else ",".join(f"{r:.6g}" for r in rates)
+    return [*_spec(d, spec, None, "a synthetic timing run", []), flag, shown]
 
 
 def _setting(d: Dialect, key: str, value: object, notes: list[str]) -> list[str]:

@@ -5,10 +5,11 @@ workloads (the fixed benchmark workloads), bench (plain vs speculative runs), be
 be trusted: the verdict a bench or tune report prints instead of a headline), bench_plans
 (a recipe rendered for a build and split into plain and speculative arguments: a catalog
 recipe's or an ad-hoc one; bench, tune and draft measure start from one), costmodel
-(predicted speedup from measured costs), tune (the sweep → a tuned recipe), tune_report
-(its frozen results, state file, ranking and report), portable (portable vs native
-builds), draft_measure (`draft find --measure`), netlab and rpcstudy (the RPC latency
-study across network namespaces).
+(predicted speedup from measured costs), limit and limit_report (the engine's speculation
+ceiling: synthetic acceptance swept against the bound, and its report), tune (the sweep →
+a tuned recipe), tune_report (its frozen results, state file, ranking and report),
+portable (portable vs native builds), draft_measure (`draft find --measure`), netlab and
+rpcstudy (the RPC latency study across network namespaces).
 
 May import: the base modules, llamaspec.engine, llamaspec.models, llamaspec.runtime and
 llamaspec.proof.

@@ -1,0 +1,355 @@
+"""The speculation ceiling (`llamaspec limit`): the bound's arithmetic, the fits, the rates
+the server is given, bench reports set against the ceiling, and the refusals."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from llamaspec.engine.artifact import Artifact
+from llamaspec.errors import LlamaspecError
+from llamaspec.models import dialects
+from llamaspec.perf import limit, limit_report
+from llamaspec.perf.bench_report import Sample
+
+pytestmark = pytest.mark.unit
+
+UPSTREAM_HELP = (
+    "--spec-type TYPE\n--spec-ngram-mod-n-min N\n--spec-ngram-mod-n-max N\n"
+    "--spec-ngram-mod-n-match N\n--spec-synth-len L\n--spec-synth-rates P0,P1,...\n"
+)
+IK_HELP = "--draft-max N\n--spec-type Name [none | ngram - mod]\n--spec-ngram-size-n N\n"
+
+
+# ---------------------------------------------------------------- the bound
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 4, 8])
+@pytest.mark.parametrize("c", [0.0, 0.1, 0.5, 1.3])
+def test_at_no_acceptance_the_bound_is_one_round_per_token(gamma: int, c: float) -> None:
+    assert limit.bound(0.0, gamma, c) == pytest.approx(1 / (gamma * c + 1))
+
+
+def test_the_bound_at_known_points() -> None:
+    # a free draft: the mean length alone
+    assert limit.bound(0.5, 1, 0.0) == pytest.approx(1.5)
+    assert limit.bound(0.5, 3, 0.0) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert limit.bound(0.8, 4, 0.0) == pytest.approx((1 - 0.8**5) / 0.2)
+    # γ = 1: (1 + α) / (c + 1)
+    for a in (0.0, 0.3, 0.9):
+        assert limit.bound(a, 1, 0.25) == pytest.approx((1 + a) / 1.25)
+    # the formula as the issue writes it
+    a, g, c = 0.7, 5, 0.05
+    assert limit.bound(a, g, c) == pytest.approx((1 - a ** (g + 1)) / ((1 - a) * (g * c + 1)))
+    # α → 1: every draft accepted, γ + 1 tokens per round
+    assert limit.bound(1.0, 4, 0.1) == pytest.approx(5 / 1.4)
+    assert limit.bound(1 - 1e-9, 4, 0.1) == pytest.approx(5 / 1.4, rel=1e-6)
+    # rises with α, falls with c
+    assert limit.bound(0.9, 4, 0.1) > limit.bound(0.5, 4, 0.1) > limit.bound(0.5, 4, 0.3)
+
+
+def test_measured_alpha_is_the_one_whose_mean_length_was_measured() -> None:
+    for a in (0.0, 0.25, 0.5, 0.9, 0.95):
+        for g in (1, 2, 4, 8, 2.5):
+            assert limit.alpha_for_length(limit.mean_length(a, g), g) == pytest.approx(a, abs=1e-9)
+    assert limit.alpha_for_length(1.0, 4) == 0.0
+    assert limit.alpha_for_length(0.7, 4) == 0.0  # below one token: no acceptance
+    assert limit.alpha_for_length(5.0, 4) == 1.0
+    assert limit.alpha_for_length(9.0, 4) == 1.0
+
+
+# ---------------------------------------------------------------- rates given to the server
+
+
+def test_the_rates_are_unconditional_powers_of_alpha_exactly_gamma_and_non_increasing() -> None:
+    assert limit.synth_rates(0.5, 3) == (0.5, 0.25, 0.125)
+    assert limit.synth_rates(0.0, 2) == (0.0, 0.0)
+    for a in limit.DEFAULT_ALPHAS:
+        for g in limit.DEFAULT_LENGTHS:
+            rates = limit.synth_rates(a, g)
+            assert len(rates) == g
+            assert all(0.0 <= r <= 1.0 for r in rates)
+            assert all(x >= y for x, y in itertools.pairwise(rates))
+            # the engine turns them back into conditional chances: α at every position
+            cond = [r / p if p else 0.0 for r, p in zip(rates, (1.0, *rates), strict=False)]
+            assert cond == pytest.approx([a] * g)
+            # and its mean length is the bound's numerator
+            assert 1 + sum(rates) == pytest.approx(limit.mean_length(a, g))
+
+
+def test_the_server_gets_ngram_mod_drafts_of_exactly_gamma_and_the_rates() -> None:
+    argv = dialects.synthetic_steps("upstream", UPSTREAM_HELP, 3, limit.synth_rates(0.9, 3))
+    assert argv is not None
+    assert argv[-2:] == ["--spec-synth-rates", "0.9,0.81,0.729"]
+    assert argv[argv.index("--spec-type") + 1] == "ngram-mod"
+    assert argv[argv.index("--spec-ngram-mod-n-min") + 1] == "3"
+    assert argv[argv.index("--spec-ngram-mod-n-max") + 1] == "3"
+    # the cost model's all-accepted steps are unchanged
+    assert dialects.synthetic_steps("upstream", UPSTREAM_HELP, 2)[-1] == "1,1"
+    assert "--spec-synth-len" in dialects.SPEC_FLAGS
+
+
+# ---------------------------------------------------------------- fits
+
+
+def test_a_round_is_priced_after_the_plain_steps_of_the_same_run() -> None:
+    # 33 tokens: the first from the prompt, 10 rounds emitting 22, and 10 plain steps
+    ms = 10 * 100.0 + 10 * 250.0
+    assert limit.round_ms(33, ms, 10, 12, 100.0) == pytest.approx(250.0)
+    assert limit.round_ms(33, ms, 0, 0, 100.0) is None
+    assert limit.round_cost(250.0, 100.0, 2) == pytest.approx(0.75)
+    assert limit.round_cost(250.0, 0.0, 2) is None
+
+
+def test_c_and_the_fixed_cost_per_round_are_fitted_from_the_rounds() -> None:
+    plain = 20.0
+    fixed, per_token = 6.0, 1.5
+    points = [(g, fixed + per_token * g) for g in (1, 2, 4, 8)]  # round − plain, ms
+    got_fixed, got_slope = limit.fit_overhead(points)
+    assert got_fixed == pytest.approx(fixed)
+    assert got_slope == pytest.approx(per_token)
+    # a single length: all of the extra counts as the round's fixed cost
+    assert limit.fit_overhead([(4, 10.0), (4, 12.0)]) == (pytest.approx(11.0), None)
+    assert limit.fit_overhead([]) == (None, None)
+    # c: one number for every γ; exact where every round costs the same per drafted token
+    assert limit.fit_c([(g, 0.2) for g in (1, 2, 4, 8)]) == pytest.approx(0.2)
+    rounds = [(g, limit.round_cost(plain + e, plain, g)) for g, e in points]
+    c = limit.fit_c(rounds)
+    expected = sum(g * e / plain for g, e in points) / sum(g * g for g, _ in points)
+    assert c == pytest.approx(expected)
+    assert limit.fit_c([]) is None
+    # the round cost at γ follows the line: a fixed cost weighs more on short drafts
+    fit = limit.Fit(c, fixed, per_token, plain, longest=8)
+    for g in (1, 2, 4, 8, 16):
+        assert fit.c_at(g) == pytest.approx((fixed + per_token * g) / (g * plain))
+        assert limit.round_cost(plain + fixed + per_token * g, plain, g) == pytest.approx(
+            fit.c_at(g)
+        )
+    assert limit.Fit(0.3, 5.0, None, plain).c_at(4) == 0.3  # one length: the one c
+
+
+def _sample(tokens: int, ms: float, drafts: int = 0, drafted: int = 0, accepted: int = 0):
+    return Sample(tokens, tokens / (ms / 1000.0), ms / 1000.0, drafted, accepted, drafts)
+
+
+def test_a_point_from_its_samples_and_the_ratio_to_its_bound() -> None:
+    plain = [_sample(51, 5100.0), _sample(51, 5100.0)]  # 100 ms a token
+    # γ = 4, c = 0.25: a round is 200 ms; L = 2.5 tokens a round; every step drafted
+    spec = [_sample(51, 20 * 200.0, drafts=20, drafted=80, accepted=30)] * 2
+    p = limit.point(0.5, 4, plain, spec)
+    assert p.rates == limit.synth_rates(0.5, 4)
+    assert p.plain_ms_per_token == pytest.approx(100.0)
+    assert p.round_ms == pytest.approx(200.0)
+    assert p.c == pytest.approx(0.25)
+    assert p.mean_length == pytest.approx(2.5)
+    assert limit.mean_length(p.measured_alpha, 4) == pytest.approx(2.5, abs=1e-3)
+    assert p.coverage == pytest.approx(1.0)
+    assert p.speedup == pytest.approx((51 / 4.0) / (51 / 5.1))
+    # with plain steps in the run: they cost a plain decode, the round stays 200 ms
+    mixed = limit.point(0.5, 4, plain, [_sample(65, 14 * 100.0 + 20 * 200.0, 20, 80, 30)])
+    assert mixed.round_ms == pytest.approx(200.0)
+    assert mixed.coverage == pytest.approx(50 / 64, abs=1e-3)
+    fit = limit.fitted([p])
+    assert fit.c == pytest.approx(0.25) and fit.c_at(4) == fit.c
+    assert fit.overhead_ms == pytest.approx(100.0) and fit.per_token_ms is None
+    assert fit.plain_ms == pytest.approx(100.0) and fit.longest == 4
+    [bounded] = limit.with_bounds([p], fit)
+    assert bounded.bound == pytest.approx(2.5 / 2.0, abs=1e-3)
+    assert bounded.over_bound == pytest.approx(p.speedup / bounded.bound, abs=1e-3)
+    # no drafted round: no c, no bound
+    dry = limit.point(0.0, 2, plain, [_sample(51, 5100.0)])
+    assert dry.round_ms is None and dry.c is None and dry.measured_alpha is None
+    assert limit.with_bounds([dry], limit.Fit(0.3, None, None, 100.0)) == (dry,)
+
+
+# ---------------------------------------------------------------- bench reports
+
+
+def _bench(draft_cost: float | None = 0.1) -> dict:
+    summary = {"speedup": 1.5, "drafts": 10, "drafted": 40, "accepted": 20}
+    return {
+        "recipe": "r",
+        "workloads": [
+            {"workload": "copy", "concurrency": 1, "summary": summary},
+            {"workload": "copy", "concurrency": 4, "summary": summary},
+            {"workload": "qa", "concurrency": 1, "summary": {**summary, "drafts": None}},
+        ],
+        "cost_model": None if draft_cost is None else {"draft_cost_ratio": draft_cost},
+    }
+
+
+def test_a_recipes_speedup_over_the_ceiling_at_its_acceptance_and_draft_cost() -> None:
+    rows = limit.recipe_ceilings("bench-r.json", _bench(), limit.Fit(0.2, None, None, 10.0, 8))
+    assert [(r.workload, r.note == "") for r in rows] == [("copy", True), ("qa", False)]
+    copy = rows[0]
+    assert copy.length == pytest.approx(4.0)
+    assert limit.mean_length(copy.acceptance, 4) == pytest.approx(3.0, abs=1e-3)
+    assert copy.ceiling == pytest.approx(3.0 / (1 + 4 * 0.3), abs=1e-3)
+    assert copy.ratio == pytest.approx(1.5 / (3.0 / 2.2), abs=1e-3)
+    assert "drafts" in rows[1].note and rows[1].ratio is None
+    assert not copy.extrapolated
+    # with a line: c at the report's γ; a γ past the longest draft swept is marked
+    line = limit.Fit(0.5, 2.0, 1.0, 10.0, longest=2)
+    [far, _] = limit.recipe_ceilings("bench-r.json", _bench(), line)
+    assert far.extrapolated
+    assert far.ceiling == pytest.approx(3.0 / (1 + 4 * ((2.0 + 4.0) / 40.0 + 0.1)), abs=1e-3)
+
+
+def test_a_bench_report_without_a_field_says_which() -> None:
+    fit = limit.Fit(0.2, None, None, 10.0, 8)
+    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(None), fit)
+    assert copy.ratio is None and "draft_cost_ratio" in copy.note
+    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(), limit.Fit(None, None, None, None))
+    assert "the sweep's c" in copy.note
+    [empty] = limit.recipe_ceilings("b.json", {"recipe": "r", "workloads": []}, fit)
+    assert "workloads" in empty.note
+
+
+def test_read_bench_refuses_what_is_not_a_bench_report(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("{nope")
+    with pytest.raises(LlamaspecError, match="not a readable bench report"):
+        limit.read_bench(bad)
+    bad.write_text(json.dumps({"a": 1}))
+    with pytest.raises(LlamaspecError, match="not a bench report"):
+        limit.read_bench(bad)
+    bad.write_text(json.dumps(_bench()))
+    assert limit.read_bench(bad)["recipe"] == "r"
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.5, -0.1, math.nan, math.inf])
+def test_alpha_outside_zero_to_one_is_refused(alpha: float) -> None:
+    with pytest.raises(LlamaspecError, match=r"outside \[0, 1\)"):
+        limit.LimitPlan(alphas=(0.0, alpha))
+
+
+@pytest.mark.parametrize("gamma", [0, -2])
+def test_a_draft_length_below_one_is_refused(gamma: int) -> None:
+    with pytest.raises(LlamaspecError, match=f"γ = {gamma} is not a whole number of 1 or more"):
+        limit.LimitPlan(lengths=(4, gamma))
+
+
+def test_empty_sweeps_and_short_samples_are_refused() -> None:
+    with pytest.raises(LlamaspecError, match="at least one"):
+        limit.LimitPlan(alphas=())
+    with pytest.raises(LlamaspecError, match="8 or more tokens"):
+        limit.LimitPlan(tokens=4)
+    plan = limit.LimitPlan(alphas=(0.5, 0.0, 0.5), lengths=(4, 1))
+    assert plan.configurations() == [(0.0, 1), (0.5, 1), (0.0, 4), (0.5, 4)]
+
+
+def test_a_build_without_synthetic_acceptance_is_refused_naming_the_pr() -> None:
+    limit.check_synthetic("upstream", UPSTREAM_HELP, "this build")  # has it
+    for dialect, help_text in (
+        ("ik-legacy", IK_HELP),
+        ("upstream", "--spec-type TYPE\n--spec-draft-n-max N\n"),
+        ("upstream-legacy", "--draft-max N\n"),
+    ):
+        with pytest.raises(LlamaspecError) as err:
+            limit.check_synthetic(dialect, help_text, "ik-x (ik_llama.cpp 55d3c05)")
+        text = str(err.value)
+        assert "PR #27711" in text and "b11312" in text and "\n" not in text
+        assert dialect in text
+
+
+def test_sweep_refuses_an_engine_without_synthetic_acceptance_before_starting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    started = []
+    monkeypatch.setattr(limit, "server_help", lambda _path: IK_HELP)
+    monkeypatch.setattr(limit.dialects, "dialect_for", lambda *_a, **_k: "ik-legacy")
+    monkeypatch.setattr(limit, "running", lambda *a, **k: started.append(a))
+    manifest = {"engine": "ik_llama.cpp", "commit": "55d3c05" + "0" * 33, "backend": "cpu"}
+    art = Artifact("ik-x", tmp_path, manifest, reused=False)
+    with pytest.raises(LlamaspecError, match="ik-legacy"):
+        limit.sweep(art, tmp_path / "m.gguf", limit.LimitPlan(), lambda _m: None)
+    assert started == []
+
+
+def test_the_command_line_defaults_are_the_sweeps() -> None:
+    from llamaspec.cli import limit as cli
+
+    assert cli.numbers(float)(cli.ALPHAS) == limit.DEFAULT_ALPHAS
+    assert cli.numbers(int)(cli.LENGTHS) == limit.DEFAULT_LENGTHS
+    assert (cli.TOKENS, cli.REPETITIONS) == (limit.DEFAULT_TOKENS, limit.DEFAULT_REPETITIONS)
+
+
+def test_gpu_acceptance_sweeps_the_ceiling_on_the_engine_that_has_it() -> None:
+    from llamaspec.maint import gpu_acceptance as gpu
+
+    request = gpu.Request(reports=Path("reports"), dist=Path("dist"))
+    steps = dict(gpu.steps(request, "llama.cpp", "up-1"))
+    argv = steps["llama.cpp: limit"]
+    assert argv[0] == "limit" and argv[argv.index("--artifact") + 1] == "up-1"
+    benches = [argv[i + 1] for i, a in enumerate(argv) if a == "--bench"]
+    assert benches == [str(Path("reports") / f"bench-{r}-up-1.json") for r in gpu.RECIPES]
+    names = list(steps)
+    assert names.index("llama.cpp: limit") > max(
+        names.index(f"llama.cpp: bench {r}") for r in gpu.RECIPES
+    )
+    assert not any("limit" in n for n, _ in gpu.steps(request, "ik_llama.cpp", "ik-1"))
+
+
+# ---------------------------------------------------------------- the report
+
+
+def _report() -> limit.LimitReport:
+    plain = [_sample(51, 5100.0)]
+    points = [
+        limit.point(0.0, 2, plain, [_sample(51, 50 * 150.0, 50, 100, 0)]),
+        limit.point(0.9, 2, plain, [_sample(51, 18 * 150.0, 18, 36, 32)]),
+    ]
+    fit = limit.fitted(points)
+    recipes = limit.recipe_ceilings("bench-r.json", _bench(), fit)
+    return limit.LimitReport(
+        artifact_id="llamacpp-cpu-x",
+        engine="llama.cpp",
+        commit="0c1e570",
+        backend="cpu",
+        machine={"description": "test machine"},
+        date="2026-11-25",
+        model="m.gguf",
+        plan=limit.LimitPlan(alphas=(0.0, 0.9), lengths=(2,), repetitions=1, tokens=51),
+        commands={"plain": "llama-server -m m.gguf"},
+        points=limit.with_bounds(points, fit),
+        c=fit.c,
+        overhead_ms=fit.overhead_ms,
+        per_token_ms=fit.per_token_ms,
+        plain_ms_per_token=fit.plain_ms,
+        recipes=tuple(recipes),
+    )
+
+
+def test_the_report_is_written_as_json_markdown_and_a_plot(tmp_path: Path) -> None:
+    report = _report()
+    assert report.c == pytest.approx(0.25)  # 150 ms rounds over 100 ms decodes, γ = 2
+    assert report.overhead_ms == pytest.approx(50.0)
+    assert report.fit == limit.fitted(report.points)
+    console = Console(record=True, width=220)
+    stem = limit_report.write(report, tmp_path, console)
+    data = json.loads(stem.with_suffix(".json").read_text())
+    assert data["c"] == pytest.approx(0.25) and data["overhead_ms"] == pytest.approx(50.0)
+    assert [p["alpha"] for p in data["points"]] == [0.0, 0.9]
+    assert data["points"][0]["bound"] == pytest.approx(1 / 1.5, abs=1e-3)
+    md = stem.with_suffix(".md").read_text()
+    assert "S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1))" in md
+    assert "fixed cost per verification round 50.00 ms" in md
+    assert "Shipped recipes against the ceiling" in md and "missing: drafts" in md
+    assert md == limit_report.markdown(data)
+    out = console.export_text()
+    assert "speculation ceiling" in out and "limit: wrote" in out
+    pytest.importorskip("matplotlib")
+    assert stem.with_suffix(".png").stat().st_size > 0
+
+
+def test_a_missing_bench_report_is_named(tmp_path: Path) -> None:
+    with pytest.raises(LlamaspecError, match="no such file"):
+        limit.read_bench(tmp_path / "gone.json")
