@@ -293,7 +293,7 @@ def steps_for(
         build=build,
         strict=lambda a: strict_tier(a, logs, console, root),
         bench=(lambda a: first_exposure(a, recipe, repetitions, logs, console)) if bench else None,
-        sweep=(lambda a: limit_sweep(a, recipe, console)) if sweep else None,
+        sweep=(lambda a: limit_sweep(a, console)) if sweep else None,
         defects=lambda pin: defect_status(pin.engine, pin.pin, None, root),
     )
 
@@ -430,7 +430,7 @@ def first_exposure(
     return Bench({c.workload: float(c.summary["speedup"]) for c in report.workloads})
 
 
-def limit_sweep(artifact: Artifact, recipe: str, console: Console) -> tuple[float, float] | None:
+def limit_sweep(artifact: Artifact, console: Console) -> tuple[float, float] | None:
     """The synthetic-acceptance sweep's fitted c and per-round overhead (ms); None where the
     build has no synthetic acceptance."""
     from llamaspec.models import dialects
@@ -439,18 +439,10 @@ def limit_sweep(artifact: Artifact, recipe: str, console: Console) -> tuple[floa
     help_text = server_help(artifact.server)
     if dialects.synthetic_steps(dialects.dialect_for(artifact), help_text, 1) is None:
         return None
-    try:  # perf.limit lands beside this module; until then the step says so and the run goes on
-        from llamaspec.perf import limit  # type: ignore[attr-defined]
-    except ImportError:
-        raise LlamaspecError(
-            "the synthetic-acceptance sweep (perf.limit) is not in this llamaspec"
-        ) from None
     from llamaspec.models.embedded import embedded_model
-    from llamaspec.perf import bench_plans
+    from llamaspec.perf import limit
 
-    found, target, draft = bench_plans.recipe_models(recipe, console)
-    p = bench_plans.recipe_plan(artifact, found, target, draft, console)
-    got = limit.sweep(artifact, embedded_model(console.print), p, console.print)
+    got = limit.sweep(artifact, embedded_model(console.print), limit.LimitPlan(), console.print)
     return got.c, got.overhead_ms
 
 
