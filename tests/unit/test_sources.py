@@ -339,3 +339,26 @@ def test_an_unreachable_remote_falls_back_to_a_history_pins_sdist(tmp_path: Path
     messages: list[str] = []
     tree = sources.fetch(engine, old, "auto", None, messages.append)
     assert tree.origin == "pypi-sdist" and any("using the PyPI mirror" in m for m in messages)
+
+
+def test_a_mirror_lacking_a_blob_gives_a_tree_that_stays_cached(tmp_path: Path) -> None:
+    """git checks out what it has and warns about the rest (exit 0): the files it could not
+    write are left out on purpose, so the cached tree is not 'damaged' on the next fetch."""
+    first, second = make_engine_repo(tmp_path / "up")
+    (tmp_path / "up" / "big.bin").write_text("large\n")
+    run_git(tmp_path / "up", "add", "big.bin")
+    run_git(tmp_path / "up", "commit", "-q", "-m", "big")
+    third = run_git(tmp_path / "up", "rev-parse", "HEAD")
+    run_git(tmp_path, "init", "-q", "--bare", "mirror.git")
+    run_git(tmp_path / "up", "push", "-q", tmp_path / "mirror.git", "main")
+    blob = run_git(tmp_path / "up", "rev-parse", "HEAD:big.bin")
+    (tmp_path / "mirror.git" / "objects" / blob[:2] / blob[2:]).unlink()  # pushed loose
+    engine = make_engine(first)
+    messages: list[str] = []
+    tree = sources.fetch(engine, third, "local", tmp_path / "mirror.git", messages.append)
+    assert not (tree.path / "big.bin").exists() and (tree.path / "README.md").is_file()
+    assert any("lacks the contents of 1 file(s)" in m and "big.bin" in m for m in messages)
+    messages.clear()
+    assert sources.fetch(engine, third, "local", tmp_path / "mirror.git", messages.append) == tree
+    assert "cached" in messages[0] and not any("damaged" in m for m in messages)
+    assert second != third

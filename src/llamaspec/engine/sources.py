@@ -435,6 +435,20 @@ def _git_kind(src: Path) -> Literal["bare", "checkout"] | None:
     return "checkout" if gitutil.is_repo_root(src) else None
 
 
+def _leave_out_missing_blobs(tree: Path, src: Path, commit: str, say: Say) -> None:
+    """Files git could not check out because the repository lacks their blobs (a mirror
+    made without large files: git warns and goes on) are marked skip-worktree, so the
+    cached tree does not read as damaged on every later use; the build goes without them."""
+    gone = gitutil.git("ls-files", "--deleted", cwd=tree).stdout.splitlines()
+    if not gone:
+        return
+    gitutil.git("update-index", "--skip-worktree", "--", *gone, cwd=tree)
+    say(
+        f"source: {src} lacks the contents of {len(gone)} file(s) of {commit[:12]} (e.g. "
+        f"{gone[0]}); the tree goes without them"
+    )
+
+
 def _plain_pin_error(engine: Engine, pin: str, src: Path) -> LlamaspecError:
     return LlamaspecError(
         f"--pin {pin[:12]} cannot be checked against {src}: it is a plain directory, not a "
@@ -472,6 +486,7 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
         with staging(final) as tmp:
             gitutil.git("clone", "-q", "--shared", "--no-checkout", src, tmp)
             gitutil.git("checkout", "-q", "--detach", commit, cwd=tmp)
+            _leave_out_missing_blobs(tmp, src, commit, say)
             _check_engine_tree(tmp, engine, f"Commit {commit[:12]} of {src}")
             shallow = gitutil.git("rev-parse", "--is-shallow-repository", cwd=tmp).stdout
             tree = _finish(
