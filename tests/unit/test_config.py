@@ -155,3 +155,68 @@ def test_unreadable_yaml_is_one_paragraph(tmp_path: Path) -> None:
     (tmp_path / "engines.yaml").write_bytes(b"engines:\n  \xff\xfe: x\n")
     with pytest.raises(LlamaspecError, match="cannot be read .not UTF-8"):
         config.load_engines(tmp_path)
+
+
+def test_real_history_pins_span_2026_with_sdists_and_later_ik_commits() -> None:
+    engines = config.load_engines(ROOT)
+    up, ik = engines["llama.cpp"], engines["ik_llama.cpp"]
+    pins = config.known_pins(up)
+    assert len(pins) >= 5 and all(p.pypi for p in pins)
+    assert [p.date for p in pins] == sorted(p.date for p in pins)
+    assert pins[0].date.year == 2026 and pins[0].date.month <= 4 and pins[-1].date.month >= 9
+    versions = {p.pypi.version: p.pin for p in pins if p.pypi}
+    assert versions["0.3.20"].startswith("f49e9178767d") and versions["0.3.36"] == up.pin
+    assert versions["0.3.28"].startswith("9e3b928fd")
+    assert len({p.pypi.sha256 for p in pins if p.pypi}) == len(pins)
+    later = [h for h in ik.history if h.date > ik.pin_date]
+    assert len(later) >= 2 and all(h.pypi is None and h.note for h in later)
+
+
+def test_record_for_a_history_pin_carries_its_date_and_mirror() -> None:
+    up = config.load_engines(ROOT)["llama.cpp"]
+    assert config.record_for(up, up.pin) is up
+    old = up.history[0]
+    rec = config.record_for(up, old.pin)
+    assert rec is not None and rec.pin == old.pin and rec.pin_date == old.date
+    assert rec.pypi == old.pypi and rec.build_number is None and rec.tag.startswith("llama-cpp")
+    assert config.record_for(up, "f" * 40) is None
+
+
+HISTORY = """
+    history:
+      - pin: {first}
+        date: {d1}
+        note: one
+        pypi: {{package: p, version: "1", sha256: {sha}, subdir: vendor/x}}
+      - pin: {second}
+        date: 2026-05-01
+        note: two
+"""
+
+
+def _with_history(**kw: str) -> str:
+    values = {"first": "a" * 40, "second": "b" * 40, "d1": "2026-04-01", "sha": "c" * 64, **kw}
+    text = (ROOT / "engines.yaml").read_text()
+    # the ik entry's history block is replaced by the one under test
+    head, _, _ = text.partition("    history:\n      - pin: c2b8bca8")
+    return head + HISTORY.format(**values).lstrip("\n")
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({}, None),
+        ({"d1": "2026-06-01"}, "history is listed oldest first"),
+        ({"second": "a" * 40}, "history lists a{40} twice"),
+        ({"first": "abc1234"}, "not a full 40-character commit SHA"),
+        ({"sha": "c" * 63}, "sha256"),
+    ],
+)
+def test_history_schema(tmp_path: Path, change: dict, match: str | None) -> None:
+    root = write_root(tmp_path, _with_history(**change))
+    if match is None:
+        ik = config.load_engines(root)["ik_llama.cpp"]
+        assert [h.note for h in ik.history] == ["one", "two"]
+        return
+    with pytest.raises(LlamaspecError, match=match):
+        config.load_engines(root)

@@ -215,3 +215,22 @@ def test_a_commit_touching_a_non_utf8_file_keeps_its_exact_bytes(upstream, tmp_p
     patched = patches.apply(tree, [entry([sha], state="open")], tmp_path, quiet, engine=engine,
                             lock={"engines": {}, "patches": {}})  # fmt: skip
     assert (patched.path / "tools/server/legacy.txt").read_bytes() == latin1
+
+
+def test_a_history_pin_is_judged_by_its_own_record() -> None:
+    """A history pin's record (config.record_for) carries its date, so a fix that landed
+    before it is in base there, and one that landed later is not; the default record,
+    whose pin is another commit, judges nothing by date for that tree."""
+    from llamaspec import config
+
+    root = Path(__file__).resolve().parents[2]
+    ik = config.load_engines(root)["ik_llama.cpp"]
+    entry = next(e for e in config.load_series(root) if e.id == "ik-cpu-load-on-cuda-build")
+    assert entry.landed and entry.landed.date.isoformat() == "2026-06-26"
+    for h in ik.history:
+        tree = sources.SourceTree(Path("/nonexistent"), ik.name, h.pin, "git", "", False, h.pin)
+        record = config.record_for(ik, h.pin)
+        assert record is not None
+        why = patches.in_base_by_record(entry, tree, record)
+        assert (why is not None) == (h.date >= entry.landed.date), (h, why)
+        assert patches.in_base_by_record(entry, tree, ik) is None

@@ -77,3 +77,6 @@ def cmd_engines(args: argparse.Namespace, console: Console) -> None:
     for e in config.load_engines().values():
         mirror = f"{e.pypi.package}=={e.pypi.version}" if e.pypi else "-"
         console.print(f"{e.name:14} {e.pin} {e.tag:16} dialect={e.dialect} pypi={mirror}")
+        for h in e.history:
+            where = f"pypi={h.pypi.package}=={h.pypi.version}" if h.pypi else "git"
+            console.print(f"  history {h.pin} {h.date} {where}: {h.note}", markup=False)

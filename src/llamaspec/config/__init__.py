@@ -27,8 +27,11 @@ from llamaspec.config.engines import (
     CudaWheelFile,
     Engine,
     EnginesFile,
+    HistoryPin,
     PypiMirror,
+    known_pins,
     load_engines,
+    record_for,
 )
 from llamaspec.config.loader import (
     FULL_SHA,
@@ -75,6 +78,7 @@ __all__ = [
     "Engine",
     "EnginesFile",
     "Frozen",
+    "HistoryPin",
     "Landed",
     "Measured",
     "ModelFile",
@@ -92,6 +96,7 @@ __all__ = [
     "SpecSettings",
     "Upstream",
     "derived_name",
+    "known_pins",
     "load_defects",
     "load_engines",
     "load_models",
@@ -101,4 +106,5 @@ __all__ = [
     "load_yaml_text",
     "parse",
     "read_yaml",
+    "record_for",
 ]

@@ -112,6 +112,9 @@ def prepare(
     locked = lockfile.load(root or _root())
     if record is None:  # a candidate record is in no lock yet
         lockfile.check_pin(engine, spec.pin or engine.pin, locked)
+        # A history pin (engines.yaml `history`) builds with its own record: its PyPI mirror,
+        # and its date for the patch queue's in-base judgement and the reproducible epoch.
+        engine = config.record_for(engine, spec.pin or engine.pin) or engine
     tools = toolchain.detect()
     say = console.print
     toolkit = None

