@@ -159,16 +159,6 @@ def run(
 # --- the list of pins ----------------------------------------------------------------------
 
 
-def default_pins(root: Path | None = None) -> list[HealthPin]:
-    """Each engine's default pin from engines.yaml (the history list joins these)."""
-    from llamaspec import config
-
-    return [
-        HealthPin(e.name, e.pin, e.pin_date.isoformat(), e.tag, "default pin")
-        for e in config.load_engines(root).values()
-    ]
-
-
 def select(
     pins: Sequence[HealthPin], engines: Sequence[str], wanted: Sequence[str], known: Sequence[str]
 ) -> list[HealthPin]:
@@ -257,9 +247,21 @@ def command(
 
 
 def health_list(root: Path | None = None) -> list[HealthPin]:
-    """The pins `health` judges, per engine oldest first: each engine's default pin (the
-    history list of earlier and later builds joins it here)."""
-    pins = default_pins(root)
+    """The pins `health` judges, per engine oldest first: each engine's default pin and its
+    history list (engines.yaml `history:`, `config.known_pins`)."""
+    from llamaspec import config
+
+    pins = [
+        HealthPin(
+            e.name,
+            h.pin,
+            h.date.isoformat(),
+            e.tag if h.pin == e.pin else (f"{h.pypi.package}=={h.pypi.version}" if h.pypi else ""),
+            "default pin" if h.pin == e.pin else h.note,
+        )
+        for e in config.load_engines(root).values()
+        for h in config.known_pins(e)
+    ]
     return sorted(pins, key=lambda p: (p.engine, p.date))
 
 
@@ -452,7 +454,6 @@ __all__ = [
     "Steps",
     "Strict",
     "compare",
-    "default_pins",
     "defect_status",
     "judge",
     "run",
