@@ -223,14 +223,16 @@ def run(
 
     read = [(b.name, limit.read_bench(b)) for b in benches]  # a bad file fails first
     limit.check_build(artifact, console.print)
+    # a sweep of another target is a report of its own (c belongs to one model)
+    stem = f"limit-{artifact.id}" + (f"-{model.stem}" if model else "")
     result = limit.sweep(
         artifact,
         model or embedded_model(console.print),
         plan,
         console.print,
         console=console,
-        logs=reports / f"limit-{artifact.id}-logs",
+        logs=reports / f"{stem}-logs",
         bench_reports=read,
     )
-    write(result, reports, console)
+    write(result, reports, console, stem)
     return result
