@@ -46,7 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--recipe",
         type=options.non_empty,
         default="gemma3-270m-ngram",
-        help="the recipe the bench and the sweep run (default: gemma3-270m-ngram)",
+        help="the recipe the bench runs (default: gemma3-270m-ngram)",
     )
     p.add_argument(
         "--repetitions",
