@@ -353,3 +353,15 @@ def test_the_report_is_written_as_json_markdown_and_a_plot(tmp_path: Path) -> No
 def test_a_missing_bench_report_is_named(tmp_path: Path) -> None:
     with pytest.raises(LlamaspecError, match="no such file"):
         limit.read_bench(tmp_path / "gone.json")
+
+
+def test_a_stem_with_a_dot_keeps_its_whole_name(tmp_path: Path) -> None:
+    """A sweep of `qwen2.5-coder-7b.gguf` (or a bench of a recipe named so) writes
+    `…-qwen2.5-coder-7b.json`, not `…-qwen2.json`: the name's dot is not a suffix."""
+    stem = limit_report.write(_report(), tmp_path, Console(record=True), "limit-x-qwen2.5-coder")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file())[:2] == [
+        "limit-x-qwen2.5-coder.json",
+        "limit-x-qwen2.5-coder.md",
+    ]
+    assert json.loads((tmp_path / "limit-x-qwen2.5-coder.json").read_text())["c"] > 0
+    assert stem.name == "limit-x-qwen2.5-coder"

@@ -53,7 +53,7 @@ def size_report(
     }
     reports.mkdir(parents=True, exist_ok=True)
     stem = reports / f"docker-size-{manifest['artifact_id']}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    stem.with_name(stem.name + ".json").write_text(json.dumps(report, indent=2) + "\n")
     md = [
         f"# Image size: {manifest['artifact_id']}",
         "",
@@ -78,6 +78,6 @@ def size_report(
             f"Budget for the CPU image: ≤ {CPU_BUDGET_MB} MB added — "
             f"{'met' if report['within_budget'] else 'NOT met'}."
         )
-    stem.with_suffix(".md").write_text("\n".join(md) + "\n")
+    stem.with_name(stem.name + ".md").write_text("\n".join(md) + "\n")
     console.print(f"size: {ref}: {added / 1e6:.1f} MB over {base} → {stem}.json")
     return report

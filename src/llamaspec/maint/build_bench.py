@@ -202,8 +202,8 @@ def bench_build(artifact: Artifact, dist: Path, reports: Path, console: Console)
     }
     reports.mkdir(parents=True, exist_ok=True)
     stem = reports / f"bench-build-{artifact.id}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(
+    stem.with_name(stem.name + ".json").write_text(json.dumps(report, indent=2) + "\n")
+    stem.with_name(stem.name + ".md").write_text(
         f"# Build benchmark: {artifact.id}\n\n"
         f"{m['engine']}@{m['commit'][:12]}, `{target}`, {report['cores']} cores, cold, ccache "
         "disabled, same tree and defines.\n\n"

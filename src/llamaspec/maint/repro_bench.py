@@ -170,8 +170,8 @@ def bench_reproducible(
         "equal": bool(record.get("equal")) and not record.get("host_paths"),
     }
     stem = reports / f"reproducible-{artifact.id}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(report))
+    stem.with_name(stem.name + ".json").write_text(json.dumps(report, indent=2) + "\n")
+    stem.with_name(stem.name + ".md").write_text(markdown(report))
     verdict = "equal" if report["equal"] else "NOT equal"
     console.print(
         f"reproducible: {verdict}: llama-server sha256 {record.get('sha256_a')} / "

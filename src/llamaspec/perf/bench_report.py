@@ -344,9 +344,9 @@ def write(
     report = result.to_json()
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / (stem_name or f"bench-{report['recipe']}-{report['artifact_id']}")
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(report))
-    plotted = plot(report, stem.with_suffix(".png"))
+    stem.with_name(stem.name + ".json").write_text(json.dumps(report, indent=2) + "\n")
+    stem.with_name(stem.name + ".md").write_text(markdown(report))
+    plotted = plot(report, stem.with_name(stem.name + ".png"))
     table = Table(
         title=f"bench: {report['recipe']} ({report['artifact_id']})",
         caption=f"tok/s on {hardware(report)}",

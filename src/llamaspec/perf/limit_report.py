@@ -183,9 +183,9 @@ def write(
     report = result.to_json()
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / (stem_name or f"limit-{report['artifact_id']}")
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(report))
-    plotted = plot(report, stem.with_suffix(".png"))
+    stem.with_name(stem.name + ".json").write_text(json.dumps(report, indent=2) + "\n")
+    stem.with_name(stem.name + ".md").write_text(markdown(report))
+    plotted = plot(report, stem.with_name(stem.name + ".png"))
     table = Table(title=f"speculation ceiling ({report['artifact_id']})")
     for h in HEAD:
         table.add_column(h)

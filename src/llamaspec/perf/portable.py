@@ -223,8 +223,8 @@ def bench_portable(
     }
     reports.mkdir(parents=True, exist_ok=True)
     stem = reports / f"portable-{portable.id}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(report))
+    stem.with_name(stem.name + ".json").write_text(json.dumps(report, indent=2) + "\n")
+    stem.with_name(stem.name + ".md").write_text(markdown(report))
     console.print(f"bench-portable: report {stem}.md")
     return report
 

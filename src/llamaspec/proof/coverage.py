@@ -161,9 +161,9 @@ def write(cov: Coverage, out_dir: Path) -> Path:
     covered = sum(r.covered for r in cov.rows)
     data = {**asdict(cov), "offered": len(cov.rows), "covered": covered}
     data["complete"] = not cov.uncovered
-    stem.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(cov))
-    return stem.with_suffix(".md")
+    stem.with_name(stem.name + ".json").write_text(json.dumps(data, indent=2) + "\n")
+    stem.with_name(stem.name + ".md").write_text(markdown(cov))
+    return stem.with_name(stem.name + ".md")
 
 
 def print_table(cov: Coverage, console: Console) -> None:

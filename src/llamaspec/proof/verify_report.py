@@ -232,8 +232,8 @@ def write(report: VerifyReport, out_dir: Path) -> None:
     """verify-<artifact>-<tag>.json and .md into `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / f"verify-{report.artifact_id}-{report.tag}"
-    stem.with_suffix(".json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(report))
+    stem.with_name(stem.name + ".json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    stem.with_name(stem.name + ".md").write_text(markdown(report))
 
 
 def markdown(report: VerifyReport) -> str:
