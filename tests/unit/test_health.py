@@ -312,3 +312,19 @@ def test_bump_compares_the_current_pin_with_the_candidate(
     assert "copy 1.00×" in hr.summary(rep.rows[1])
     failed = Row(pin=pin(3), failures={"build": "no such commit"})
     assert hr.summary(failed) == "llama.cpp 3333333 b3 (2026-03-01): build failed: no such commit"
+
+
+def test_an_unreliable_bench_is_marked_and_compared_with_nothing() -> None:
+    """A bench that bench's own check marks unreliable shows its speedups, marked, and
+    raises no regression flag in either direction."""
+    from llamaspec.maint import health_report as hr
+
+    a = hr.HealthPin("llama.cpp", "a" * 40, "2026-04-03", "old")
+    b = hr.HealthPin("llama.cpp", "b" * 40, "2026-10-01", "new")
+    rows = [
+        hr.Row(pin=a, speedups={"copy": 1.93}),
+        hr.Row(pin=b, speedups={"copy": 0.89}, bench_unreliable="machine loaded"),
+    ]
+    assert hr.regressions(rows) == []
+    assert hr.regressions([rows[0], hr.Row(pin=b, speedups={"copy": 0.89})])  # reliable: flagged
+    assert hr._speed_cell(rows[1], "copy") == "0.89× (unreliable)"

@@ -47,6 +47,7 @@ class Bench:
 
     speedups: Mapping[str, float] = field(default_factory=dict)
     na: str = ""
+    unreliable: str = ""  # bench's own verdict (perf.reliability): why it cannot be trusted
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ class Steps:
 def one_line(exc: BaseException) -> str:
     """A failure as one line: a LlamaspecError's message, else the exception's type too."""
     text = exc.message if isinstance(exc, LlamaspecError) else f"{type(exc).__name__}: {exc}"
-    return " ".join(str(text).split())
+    # a server's command line names this machine's paths: the step's log keeps it
+    return " ".join(str(text).split(" Command: ")[0].split())
 
 
 def judge(pin: HealthPin, steps: Steps, say: Say) -> Row:
@@ -105,9 +107,12 @@ def judge(pin: HealthPin, steps: Steps, say: Say) -> Row:
                 + (f"NOT exact: {', '.join(bad)}" if bad else "exact")
             )
         elif name == "bench":
-            row = replace(row, speedups=dict(got.speedups), bench_na=got.na)
+            row = replace(
+                row, speedups=dict(got.speedups), bench_na=got.na, bench_unreliable=got.unreliable
+            )
             shown = ", ".join(f"{w} {v:.2f}×" for w, v in got.speedups.items())
-            say(f"health: {pin.short} bench: {shown or 'n/a: ' + got.na}")
+            mark = f" (unreliable: {got.unreliable})" if got.unreliable else ""
+            say(f"health: {pin.short} bench: {shown or 'n/a: ' + got.na}{mark}")
         elif got is None:
             row = replace(row, synth_na=NO_SYNTH)
             say(f"health: {pin.short} sweep: {NO_SYNTH}")
@@ -429,7 +434,11 @@ def first_exposure(
         repetitions=repetitions,
         cost_model=False,
     )
-    return Bench({c.workload: float(c.summary["speedup"]) for c in report.workloads})
+    verdict = report.reliability or {}
+    return Bench(
+        {c.workload: float(c.summary["speedup"]) for c in report.workloads},
+        unreliable="" if verdict.get("reliable", True) else "; ".join(verdict.get("reasons", [])),
+    )
 
 
 def limit_sweep(artifact: Artifact, console: Console) -> tuple[float, float] | None:

@@ -63,6 +63,7 @@ class Row:
     exact: Mapping[str, bool] = field(default_factory=dict)  # method → exact on strict tier
     speedups: Mapping[str, float] = field(default_factory=dict)  # workload → first exposure
     bench_na: str = ""  # why the bench did not apply to this build (its spec type lacking)
+    bench_unreliable: str = ""  # bench's own verdict: why its speedups cannot be trusted
     synth_c: float | None = None
     overhead_ms: float | None = None
     synth_na: str = ""  # NO_SYNTH where the build has no synthetic acceptance
@@ -122,7 +123,9 @@ def regressions(rows: Sequence[Row]) -> list[Flag]:
     last: dict[tuple[str, str], tuple[str, float | bool]] = {}  # (engine, metric) → (key, v)
     out: list[Flag] = []
     for r in rows:
-        values: dict[str, float | bool] = {f"speedup {w}": v for w, v in r.speedups.items()}
+        # an unreliable bench (perf.reliability) is shown, marked, and compared with nothing
+        speedups = {} if r.bench_unreliable else r.speedups
+        values: dict[str, float | bool] = {f"speedup {w}": v for w, v in speedups.items()}
         if r.overhead_ms is not None:
             values["overhead"] = r.overhead_ms
         values.update({f"exact {m}": e for m, e in r.exact.items()})
@@ -207,7 +210,7 @@ def _exact_cell(r: Row) -> str:
 
 def _speed_cell(r: Row, w: str) -> str:
     if w in r.speedups:
-        return f"{r.speedups[w]:.2f}×"
+        return f"{r.speedups[w]:.2f}×" + (" (unreliable)" if r.bench_unreliable else "")
     return "n/a" if r.bench_na else "-"
 
 
@@ -294,7 +297,9 @@ def markdown(report: HealthReport) -> str:
     out += [
         "Consecutive measured builds of the same engine, in list order, are compared; a build "
         "that did not measure something (its build failed, or the bench did not apply) is "
-        "passed over for it, and the next one is compared with the last that did. Flagged:",
+        "passed over for it, and the next one is compared with the last that did; a bench "
+        "that bench's own check marks unreliable is shown, marked, and compared with nothing. "
+        "Flagged:",
         "",
         f"- a workload's first-exposure speedup drops by more than {SPEEDUP_DROP:.0%} of the "
         "earlier build's;",
@@ -308,6 +313,8 @@ def markdown(report: HealthReport) -> str:
         lines = [f"{step}: {r.failures[step]}" for step in STEPS if step in r.failures]
         if r.bench_na:
             lines.append(f"bench: n/a: {r.bench_na}")
+        if r.bench_unreliable:
+            lines.append(f"bench: unreliable: {r.bench_unreliable}")
         if r.synth_na:
             lines.append(f"sweep: {r.synth_na}")
         if lines:
