@@ -445,14 +445,12 @@ def limit_sweep(artifact: Artifact, console: Console) -> tuple[float, float] | N
     """The synthetic-acceptance sweep's fitted c and per-round overhead (ms); None where the
     build has no synthetic acceptance."""
     from llamaspec.models import dialects
-    from llamaspec.models.server_help import server_help
-
-    help_text = server_help(artifact.server)
-    if dialects.synthetic_steps(dialects.dialect_for(artifact), help_text, 1) is None:
-        return None
     from llamaspec.models.embedded import embedded_model
+    from llamaspec.models.server_help import server_help
     from llamaspec.perf import limit
 
+    if not limit.offers_synthetic(dialects.dialect_for(artifact), server_help(artifact.server)):
+        return None
     got = limit.sweep(artifact, embedded_model(console.print), limit.LimitPlan(), console.print)
     return got.c, got.overhead_ms
 

@@ -177,12 +177,19 @@ def check_length(gamma: int) -> int:
     return gamma
 
 
+def offers_synthetic(dialect: str, help_text: str) -> bool:
+    """Whether a build can be swept: its --help takes synthetic acceptance rates and its
+    dialect has the ngram-mod drafts the sweep gives them to."""
+    d = dialects.find_dialect(dialect)
+    rates = d.flags.get("synth_rates")
+    return rates is not None and rates in help_flags(help_text) and "ngram-mod" in d.types
+
+
 def check_synthetic(dialect: str, help_text: str, where: str) -> None:
     """Refuse a build without synthetic acceptance before anything starts."""
     d = dialects.find_dialect(dialect)
-    flags = help_flags(help_text)
     rates = d.flags.get("synth_rates")
-    if rates is None or rates not in flags or "ngram-mod" not in d.types:
+    if not offers_synthetic(dialect, help_text):
         listed = "no such flag in the dialect" if rates is None else f"its --help has no {rates}"
         raise LlamaspecError(
             f"The speculation ceiling needs synthetic acceptance, which {where} (dialect "
