@@ -255,9 +255,11 @@ def test_real_gemma_header_over_http(env: Env, gemma_path: Path) -> None:
         "tokenizer": "gemma3",
         "license": "gemma",
     }
-    env.pairs["mixed"] = {"target": "remote", "draft": "local"}
+    # One file as its own draft: kept only to prove the check, so it says plumbing.
+    env.pairs["mixed"] = {"target": "remote", "draft": "local", "plumbing": True}
     proc = env.cli("models", "check", "mixed")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "plumbing pair" in " ".join(proc.stdout.split())
     assert "ids 5..262143 identical" in proc.stdout
     sent = sum(g.sent for g in env.hub.content_gets())
     assert 0 < sent < gemma_path.stat().st_size // 10
