@@ -4,6 +4,10 @@ a headline (perf.reliability, perf.bench_report)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -126,8 +130,8 @@ def test_an_unreliable_report_prints_reasons_instead_of_a_headline(
     assert row[4] == "2.96× (0.63–18.71) unreliable"  # the number stays, marked
     # the tok/s stand beside the hardware that gave them, its threads and load included
     assert (
-        "- machine: AMD EPYC, 2 cores; no GPU; server threads: 1; load (1-minute average) "
-        "7.5 before, at most 8.3 during, 8.0 after, on 2 CPUs" in md
+        "- machine: AMD EPYC, 2 cores; no GPU; server threads: 1; load: 7.5 CPUs busy before "
+        "(2-second sample), at most 8.3 during and 8.0 after (1-minute averages), on 2 CPUs" in md
     )
     console = Console(record=True, width=300)
     stem = bench_report.write(report, tmp_path, console, "b")
@@ -197,6 +201,19 @@ def test_load_and_threads() -> None:
     assert now is None or now >= 0
 
 
+def test_busy_now_sees_a_spinning_process_that_the_load_average_would_lag() -> None:
+    """`busy_now` counts the CPUs busy during its own window: a process spinning through
+    the window shows as (at least about) one busy CPU, whatever came before."""
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        busy = reliability.busy_now(1.0)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert busy is not None and 0.7 <= busy <= (os.cpu_count() or 1) + 0.01
+
+
 def test_no_cost_model_says_what_was_skipped_and_keeps_the_counters_it_read() -> None:
     report = _report(QUIET_PLAIN, QUIET_SPEC, None, QUIET_LOAD)
     s = report.workloads[0].summary
@@ -249,7 +266,8 @@ def test_bench_records_the_load_threads_and_verdict(
     monkeypatch.setattr(bench, "run", lambda *_a: Sample(64, next(speeds), 1.0, 10, 8, 3))
     monkeypatch.setattr(costmodel, "counters", lambda _s: costmodel.SpecCounters(available=True))
     monkeypatch.setattr(toolchain, "machine", lambda: {"description": "a CPU, 2 cores"})
-    loads = iter([0.1, 1.1, 1.2, 1.0])
+    loads = iter([1.1, 1.2, 1.0])
+    monkeypatch.setattr(reliability, "busy_now", lambda: 0.1)  # CPUs busy just before
     monkeypatch.setattr(reliability, "load_now", lambda: next(loads))
     plan = bench.BenchPlan("r", ("-m", str(target), "-t", "1"), ("--spec-type", "ngram-simple"),
                            ("ngram-simple",), target, None, 17)  # fmt: skip
@@ -261,6 +279,7 @@ def test_bench_records_the_load_threads_and_verdict(
         "cpus": reliability.os.cpu_count(),
         "server_threads": 1,
         "before": 0.1,
+        "before_from": "busy",
         "during": [1.1, 1.2],
         "after": 1.0,
     }
@@ -311,7 +330,12 @@ def test_tune_says_when_its_winner_cannot_be_trusted(tmp_path: Path) -> None:
     md = tune_report.write_report(busy, tmp_path, "t").read_text()
     assert "**Unreliable: no headline.**" in md and "Fastest over both passes" not in md
     assert "Unreliable: the fastest over both passes was **ngram-mod 12/4/48**" in md
-    assert "server threads: 1; load (1-minute average) 7.5 before, 8.0 after" in md
+    assert "server threads: 1; load: 7.5 CPUs busy before (2-second sample), 8.0 after" in md
+    # a report from before the 2-second sample said the load average, and still does
+    old = {**BUSY_LOAD.to_json()}
+    old.pop("before_from")
+    assert reliability.HostLoad.from_json(old).before_from == reliability.LOADAVG
+    assert reliability.before_text(old) == "7.5 before (1-minute average)"
     quiet = _tune({"copy": 1.88, "qa": 1.31}, {"copy": 2.2, "qa": 1.2}, QUIET_LOAD)
     assert quiet.to_json()["reliability"]["reliable"]
     md = tune_report.write_report(quiet, tmp_path, "q").read_text()

@@ -345,7 +345,7 @@ def bench(
     has_counters = False
     flags = help_flags(help_text)
     # the load before any server starts, after every repetition, and at the end
-    load_before, load_during = reliability.load_now(), []
+    (load_before, before_from), load_during = reliability.sample_before(), []
     started = time.monotonic()
     with progress(console) as bar:
         task = bar.add_task("bench", total=steps + cost_steps)
@@ -431,6 +431,7 @@ def bench(
         load_before,
         tuple(load_during),
         reliability.load_now(),
+        before_from,
     )
     report = BenchReport(
         recipe=p.name,

@@ -167,8 +167,8 @@ def hardware(report: Mapping[str, Any]) -> str:
                if x is not None]  # fmt: skip
     if samples:
         text += (
-            f"; load (1-minute average) {load.get('before')} before, at most {max(samples)} "
-            f"during, {load.get('after')} after, on {load['cpus']} CPUs"
+            f"; load: {reliability.before_text(load)}, at most {max(samples)} during and "
+            f"{load.get('after')} after (1-minute averages), on {load['cpus']} CPUs"
         )
     return text
 

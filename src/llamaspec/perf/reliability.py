@@ -15,8 +15,10 @@ checks four things:
   limit (`LIMIT_FLOOR`); far below them, something else had the CPU;
 - the cost model's own sanity: a batch of k ≥ 2 tokens cannot cost less than one token
   (`BATCH_FLOOR`);
-- load: the 1-minute load average before, during and after the run, less the server's
-  own threads, against the CPUs left over (`LOAD_SLACK`).
+- load: the CPUs busy just before the run (`busy_now`: a 2-second sample, so a step that
+  ended a moment ago does not count, as it would in the 1-minute load average) and the
+  1-minute load average during and after it, less the server's own threads, against the
+  CPUs left over (`LOAD_SLACK`).
 
 Anything that fails is a reason, and one reason makes the run unreliable: the report then
 prints the reasons instead of a headline and marks the cells. Warm figures (a prompt seen
@@ -30,6 +32,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +66,51 @@ def load_now() -> float | None:
         return None
 
 
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all CPUs from /proc/stat (None where there is none)."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_now(window: float = 2.0) -> float | None:
+    """CPUs busy over the next `window` seconds (0 … cpus), from /proc/stat (None where
+    there is none)."""
+    first = _cpu_times()
+    if first is None:
+        return None
+    time.sleep(window)
+    second = _cpu_times()
+    if second is None or second[1] <= first[1]:
+        return None
+    share = (second[0] - first[0]) / (second[1] - first[1])
+    return round(share * (os.cpu_count() or 1), 2)
+
+
+BUSY = "busy"  # HostLoad.before_from: CPUs busy in a 2-second sample (`busy_now`)
+LOADAVG = "loadavg"  # … the 1-minute load average (reports from before `busy_now`)
+
+
+def sample_before() -> tuple[float | None, str]:
+    """What else runs just before a run: `busy_now`, or the load average where the platform
+    has no /proc/stat; and which it was. Not the load average first: it would still count
+    a build that ended seconds ago (it decays over minutes), and so marked quiet runs
+    unreliable."""
+    busy = busy_now()
+    return (busy, BUSY) if busy is not None else (load_now(), LOADAVG)
+
+
+def before_text(load: Mapping[str, Any]) -> str:
+    """The `before` sample of a report's `host_load`, saying what it measured."""
+    if load.get("before_from", LOADAVG) == BUSY:
+        return f"{load.get('before')} CPUs busy before (2-second sample)"
+    return f"{load.get('before')} before (1-minute average)"
+
+
 def server_threads(args: Sequence[str]) -> int | None:
     """The server's `-t`/`--threads` (None: the server's default, all cores)."""
     for i, a in enumerate(args):
@@ -78,14 +126,16 @@ def server_threads(args: Sequence[str]) -> int | None:
 
 @dataclass(frozen=True)
 class HostLoad:
-    """The machine's load around a run: 1-minute averages before any server started,
-    after each repetition, and at the end; the CPUs and the server's threads."""
+    """The machine's load around a run: CPUs busy just before any server started
+    (`busy_now`), 1-minute load averages after each repetition and at the end; the CPUs
+    and the server's threads."""
 
     cpus: int
     threads: int | None  # the server's -t; None: its default (every core)
     before: float | None
     during: tuple[float, ...] = ()
     after: float | None = None
+    before_from: str = BUSY  # BUSY or LOADAVG: what `before` measured
 
     def others(self) -> float | None:
         """The most load that was not the server's own (its threads subtracted while it
@@ -100,6 +150,7 @@ class HostLoad:
             "cpus": self.cpus,
             "server_threads": self.threads,
             "before": self.before,
+            "before_from": self.before_from,
             "during": list(self.during),
             "after": self.after,
         }
@@ -112,6 +163,7 @@ class HostLoad:
             raw.get("before"),
             tuple(raw.get("during") or ()),
             raw.get("after"),
+            raw.get("before_from", LOADAVG),
         )
 
 

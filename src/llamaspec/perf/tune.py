@@ -299,7 +299,7 @@ def tune(
     )
     logs = reports / f"{stem}-logs"
     per_candidate = None
-    load_before = reliability.load_now()
+    load_before, before_from = reliability.sample_before()
     known = None if "_seconds" in state.baseline else estimate(reports, recipe.name)
     if known is not None:
         # refuse a budget too small before the baseline runs, from an earlier run's timing
@@ -379,6 +379,7 @@ def tune(
         reliability.server_threads(base_plan.plain_args),
         load_before,
         after=reliability.load_now(),
+        before_from=before_from,
     )
     report = replace(report, host_load=host_load.to_json())
     md = write_report(report, reports, stem)

@@ -270,8 +270,8 @@ def machine_line(report: TuneReport) -> str:
         return text + "; server threads and load not recorded"
     t = load.get("server_threads")
     return (
-        f"{text}; server threads: {t if t else 'its default (all cores)'}; load (1-minute "
-        f"average) {load.get('before')} before, {load.get('after')} after, on "
+        f"{text}; server threads: {t if t else 'its default (all cores)'}; load: "
+        f"{reliability.before_text(load)}, {load.get('after')} after (1-minute average), on "
         f"{load['cpus']} CPUs"
     )
 
