@@ -12,8 +12,9 @@ exit status, which is what systemd, containers and llama-swap restart by themsel
   the same command line (the same port: the old process is gone, and llama-server binds with
   SO_REUSEADDR), polls GET /health until 200 and logs the time it took to be healthy;
 - stops a (re)started server that is not healthy within the deadline and counts that as a
-  death; gives up, with one paragraph, after `max_restarts` deaths in a row that did not
-  stay healthy for `stable_s` (a server that dies that soon will not be saved by restarts).
+  death; gives up, with one paragraph, at the death that follows `max_restarts` restarts in
+  a row, a row being deaths of servers that did not stay healthy for `stable_s` (a server
+  that dies that soon is not saved by restarting it).
 
 If llamaspec itself is killed, the kernel sends the server SIGTERM (PR_SET_PDEATHSIG on
 Linux), so no server is left holding the port with nobody to restart it. Nothing is written
