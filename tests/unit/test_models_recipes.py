@@ -660,6 +660,7 @@ def test_cli_renders_a_docker_run_line_with_the_models_mounted(tmp_path: Path) -
     assert proc.returncode == 0 and " --gpus all " in run and run.endswith(f" {image} \\")
     proc = cli(*args, env_cache=tmp_path)  # the host picks the backend, and says so
     assert proc.stdout.startswith("# the server has no authentication")  # the line alone
+    assert "# restarts when it dies: `llamaspec recipe show RECIPE --format compose`" in proc.stdout
     assert "recipe: this host → cpu image" in proc.stderr
     proc = cli(*args[:2], "qwen2.5-coder-7b", *args[3:], env_cache=tmp_path)
     text = " ".join(proc.stderr.split())
@@ -675,6 +676,8 @@ def test_cli_writes_the_same_run_as_a_compose_file(tmp_path: Path) -> None:
     model = (tmp_path / "models" / "gemma-3-270m-q4_k_m.gguf").resolve()
     assert service["image"] == "ghcr.io/llamaspec/llamaspec:llama.cpp-cuda13"
     assert service["ports"] == ["127.0.0.1:9000:8080"]
+    assert service["restart"] == "unless-stopped"  # docker brings a dead server back
+    assert "healthcheck" not in service  # the image's own HEALTHCHECK applies
     assert service["volumes"] == [
         {
             "type": "bind",

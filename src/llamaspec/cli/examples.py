@@ -66,7 +66,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llamaspec recipe show deepseek-r1 --engine ik_llama.cpp --backend cpu",
         "llamaspec recipe show gemma3-270m-ngram --format docker --models-dir ./models",
     ),
-    "serve": ("llamaspec serve gemma3-270m-ngram-tuned --port 8080",),
+    "serve": (
+        "llamaspec serve gemma3-270m-ngram-tuned --port 8080",
+        "llamaspec serve gemma3-270m-ngram-tuned --restart --max-restarts 10",
+    ),
     "docker": ("llamaspec docker pull --backend cuda", "llamaspec docker build --backend cpu"),
     "docker build": (
         "llamaspec docker build --backend cpu --tool buildah",

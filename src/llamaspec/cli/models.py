@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,6 +87,28 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("serve", help="download, check and run a recipe's server (foreground)")
     s.add_argument("recipe")
     _target_args(s)
+    s.add_argument(
+        "--restart",
+        action="store_true",
+        help="stay as the server's parent instead of becoming it (exec): restart it when it "
+        "dies on its own (crash, SIGKILL, out of memory), 1 s doubling to 30 s apart, and log "
+        "how long it took to answer GET /health again; for a bare host (systemd, docker and "
+        "llama-swap restart the exec'd server themselves)",
+    )
+    s.add_argument(
+        "--max-restarts",
+        type=shared.positive,
+        metavar="N",
+        help="with --restart: give up after N restarts in a row that did not stay healthy for "
+        "60 s (default 5)",
+    )
+    s.add_argument(
+        "--health-timeout",
+        type=shared.seconds,
+        metavar="SECONDS",
+        help="with --restart: a server not answering GET /health with 200 this long after "
+        "it (re)started is stopped and counted as a death (default 600)",
+    )
     s.set_defaults(handler=cmd_serve)
 
 
@@ -249,4 +272,26 @@ def cmd_recipe_show(args: argparse.Namespace, console: Console) -> None:
 def cmd_serve(args: argparse.Namespace, console: Console) -> None:
     from llamaspec.runtime import serve
 
-    serve.serve(args.recipe, _render_options(args), console)
+    serve.serve(args.recipe, _render_options(args), console, restart=_restart_policy(args))
+
+
+def _restart_policy(args: argparse.Namespace):
+    """`--restart`'s policy (None without it); its options alone are refused."""
+    named = {"--max-restarts": args.max_restarts, "--health-timeout": args.health_timeout}
+    given = [flag for flag, value in named.items() if value is not None]
+    if not args.restart:
+        if given:
+            raise LlamaspecError(
+                f"{' and '.join(given)} only mean something with --restart (without it serve "
+                "becomes the server, and whatever started serve restarts it); add --restart, "
+                "or leave them out."
+            )
+        return None
+    from llamaspec.runtime.supervise import Policy
+
+    policy = Policy()
+    if args.max_restarts is not None:
+        policy = replace(policy, max_restarts=args.max_restarts)
+    if args.health_timeout is not None:
+        policy = replace(policy, health_timeout_s=args.health_timeout)
+    return policy

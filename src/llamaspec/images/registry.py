@@ -232,13 +232,16 @@ def docker_run(
 ) -> str:
     """`docker run` for an image with a rendered llama-server argv (its --host/--port are
     the entrypoint's), each mount read-only, the port published on 127.0.0.1 only: the
-    server has no authentication unless given --api-key. Host paths are given quoted."""
+    server has no authentication unless given --api-key. Host paths are given quoted. A
+    foreground run removed when it ends (`--rm`, which docker refuses beside a restart
+    policy): a comment names the compose form, which docker restarts."""
     args = server_args(argv)
     device, volumes = _run_flags(backend, mounts)
     return (
         "# the server has no authentication, so it is published on 127.0.0.1 only; to serve\n"
         f"# other machines on purpose, use `-p {port}:8080` and add `--api-key YOUR-SECRET`\n"
-        "# (clients then send `Authorization: Bearer YOUR-SECRET`)\n"
+        "# (clients then send `Authorization: Bearer YOUR-SECRET`). For a server that docker\n"
+        "# restarts when it dies: `llamaspec recipe show RECIPE --format compose`\n"
         f"docker run --rm {device}-p 127.0.0.1:{port}:8080 {volumes} {ref} \\\n"
         f"    {shlex.join(args)}"
     )
@@ -274,12 +277,14 @@ def compose(
     mounts: Sequence[tuple[str, str]],
     port: int = 8080,
 ) -> str:
-    """The `docker run` of `docker_run` as a compose file (`docker compose up`)."""
+    """The `docker run` of `docker_run` as a compose file (`docker compose up`), restarted
+    by docker when it dies (`restart: unless-stopped`; the image's HEALTHCHECK applies)."""
     import yaml
 
     service: dict = {
         "image": ref,
         "command": server_args(argv),
+        "restart": "unless-stopped",
         "ports": [f"127.0.0.1:{port}:8080"],
         "volumes": [
             {"type": "bind", "source": host, "target": inside, "read_only": True}

@@ -3,7 +3,8 @@
 A recipe is rendered for a built artifact (in its dialect, checked against its own
 `--help`) or, without one, for an engine at its default pin (`recipe show`). `serve` pulls
 and checks the pair, renders it for the artifact, checks its RPC hosts and becomes the
-server (exec).
+server (exec); with `--restart` it stays as the server's parent instead and restarts it when
+it dies (supervise.py).
 
 The speculation gate's `serve` half: where the command loads a draft model or MTP head,
 `serve` adds `--metrics` (unless the command or LLAMA_ARG_ENDPOINT_METRICS already says) and,
@@ -13,6 +14,9 @@ containers expect), and the watcher never touches a request: it reads `/metrics`
 seconds until the server has generated GATE_TOKENS tokens, then says once, on the server's
 own stderr, whether the draft drafted (quietly) or not (the gate's loud paragraph), and
 exits; it exits as well when the server does. LLAMASPEC_SPEC_GATE=off leaves both out.
+Under `--restart` the watcher follows the supervisor's PID, which outlives each server: it
+skips the reads that fail while a server restarts and judges once, as without (the command
+line, which is what it judges, is the same for every restart).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
     from llamaspec import config
     from llamaspec.engine.artifact import Artifact
     from llamaspec.models.dialects import ServerCommand
+    from llamaspec.runtime.supervise import Policy
 
 
 @dataclass(frozen=True)
@@ -181,9 +186,16 @@ def _refuse_before_download(
         raise LlamaspecError(why + " Nothing was downloaded.")
 
 
-def serve(name: str, opts: RenderOptions, console: Console, root: Path | None = None) -> NoReturn:
+def serve(
+    name: str,
+    opts: RenderOptions,
+    console: Console,
+    root: Path | None = None,
+    restart: Policy | None = None,
+) -> NoReturn:
     """Check the build and the recipe's RPC hosts, then download and check its pair, render
-    it for the artifact (default: the newest in `dist`) and become the server (foreground)."""
+    it for the artifact (default: the newest in `dist`) and become the server (foreground);
+    with a `restart` policy, run it as a child and restart it when it dies."""
     from llamaspec.engine.artifact import load_artifact, newest_artifact
     from llamaspec.models import catalog as models
     from llamaspec.models import recipes
@@ -224,9 +236,19 @@ def serve(name: str, opts: RenderOptions, console: Console, root: Path | None = 
     argv = gated_argv(list(cmd.argv), artifact, console)
     console.print(f"serve: {shlex.join(argv)}")
     console.print(f"serve: listening on http://{opts.host}:{opts.port} (Ctrl-C stops it)")
+    if restart is not None:
+        console.print(
+            f"serve: --restart: llamaspec stays as the server's parent and restarts it when it "
+            f"dies (giving up after {restart.max_restarts} restarts in a row that do not stay "
+            f"healthy for {restart.stable_s:g} s)"
+        )
     if argv != list(cmd.argv):
         start_watcher(argv, opts.host, opts.port, d.name)
-    os.execv(argv[0], argv)
+    if restart is None:
+        os.execv(argv[0], argv)
+    from llamaspec.runtime import supervise
+
+    raise SystemExit(supervise.supervise(argv, loopback_url(opts.host, opts.port), restart))
 
 
 # The gate judges once the server has generated this many tokens (a few replies' worth).
@@ -257,7 +279,8 @@ def gated_argv(argv: list[str], artifact: Artifact, console: Console) -> list[st
 
 def start_watcher(argv: list[str], host: str, port: int, dialect: str) -> None:
     """Fork the detached watcher (twice, so the server need not reap it) and return; this
-    process then execs the server, keeping its PID, which the watcher follows."""
+    process then execs the server, keeping its PID, which the watcher follows (under
+    `--restart` it stays the servers' parent, with the same PID)."""
     server = os.getpid()
     first = os.fork()
     if first:
