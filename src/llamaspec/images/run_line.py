@@ -33,10 +33,12 @@ def docker_line(
     ttl: int | None = None,
     aliases: Sequence[str] = (),
     root: Path | None = None,
+    prometheus: Path | None = None,
 ) -> str:
     """The recipe `name` run by the published image, in `fmt` (one of FORMATS): every GGUF
     file of the pair mounted read-only from where `models pull` put it (or `models_dir`),
-    the recipe in the image's dialect. `image` overrides the published image."""
+    the recipe in the image's dialect. `image` overrides the published image; `prometheus`
+    (compose only): a folder `recipe monitor` rendered, run by a Prometheus service beside."""
     from llamaspec import lock as lockfile
     from llamaspec.images import registry
     from llamaspec.images import specs as images
@@ -90,7 +92,12 @@ def docker_line(
     )
     image = image or images.image_ref(registry.configured_registry(None)[0], tag)
     if fmt == "compose":
-        return registry.compose(recipe.name, image, backend, cmd.argv, mounts, opts.port)
+        text = registry.compose(recipe.name, image, backend, cmd.argv, mounts, opts.port)
+        if prometheus is not None:
+            from llamaspec.perf import monitoring
+
+            text = monitoring.compose_prometheus(text, recipe.name, prometheus)
+        return text
     if fmt == "llama-swap-docker":
         run = registry.docker_run_swap(image, backend, cmd.argv, mounts)
         return recipes.llama_swap_entry(
