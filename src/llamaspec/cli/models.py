@@ -258,6 +258,10 @@ def cmd_recipe_show(args: argparse.Namespace, console: Console) -> None:
             f"--with-prometheus goes with --format compose only (not {args.format}): it adds "
             "a Prometheus service to the compose file."
         )
+    if args.with_prometheus is not None:
+        from llamaspec.perf import monitoring
+
+        monitoring.read_record(args.with_prometheus, args.recipe)
     if args.format in ("docker", "compose", "llama-swap-docker"):
         from llamaspec.images import run_line
 

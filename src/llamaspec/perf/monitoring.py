@@ -647,25 +647,32 @@ def write(rendering: Rendering, out: Path) -> list[Path]:
     return written
 
 
-def compose_prometheus(compose: str, recipe: str, folder: Path) -> str:
-    """A compose file (images/registry.py's) with a Prometheus service beside llama-server:
-    it mounts `folder` (rendered by `recipe monitor RECIPE --out DIR`) read-only, scrapes
-    the server by its service name and evaluates the rendered rules; the server gets
-    /metrics (LLAMA_ARG_ENDPOINT_METRICS=1). Its UI is published on 127.0.0.1:9090."""
-    record_path = folder / RECORD
+def read_record(folder: Path, recipe: str) -> dict:
+    """The record (RECORD) of the files `recipe monitor` rendered into `folder` for `recipe`;
+    one paragraph when there is none, or it is another recipe's."""
     try:
-        record = json.loads(record_path.read_text())
+        record = json.loads((folder / RECORD).read_text())
     except (OSError, ValueError):
         raise LlamaspecError(
             f"--with-prometheus {folder} holds no rendered monitoring files ({RECORD}): "
             f"render them first with `llamaspec recipe monitor {recipe} --out {folder}`."
         ) from None
-    if record.get("recipe") != recipe:
+    if not isinstance(record, dict) or record.get("recipe") != recipe:
+        other = record.get("recipe") if isinstance(record, dict) else None
         raise LlamaspecError(
-            f"--with-prometheus {folder} was rendered for recipe {record.get('recipe')!r}, not "
-            f"{recipe!r}: its rules judge another recipe's baseline. Render this one with "
-            f"`llamaspec recipe monitor {recipe} --out DIR`."
+            f"--with-prometheus {folder} was rendered for recipe {other!r}, not {recipe!r}: "
+            f"its rules judge another recipe's baseline. Render this one with `llamaspec "
+            f"recipe monitor {recipe} --out DIR`."
         )
+    return record
+
+
+def compose_prometheus(compose: str, recipe: str, folder: Path) -> str:
+    """A compose file (images/registry.py's) with a Prometheus service beside llama-server:
+    it mounts `folder` (rendered by `recipe monitor RECIPE --out DIR`) read-only, scrapes
+    the server by its service name and evaluates the rendered rules; the server gets
+    /metrics (LLAMA_ARG_ENDPOINT_METRICS=1). Its UI is published on 127.0.0.1:9090."""
+    read_record(folder, recipe)
     head = "".join(line + "\n" for line in compose.splitlines() if line.startswith("#"))
     data = yaml.safe_load(compose)
     server = data["services"]["llama-server"]
