@@ -124,6 +124,14 @@ def test_the_dashboard_has_the_panels_and_no_placeholders() -> None:
     assert board["uid"] == "llamaspec-gemma3-270m-self"
 
 
+def test_quotes_in_the_baseline_source_break_neither_the_rules_nor_the_dashboard() -> None:
+    odd = mon.Baseline(0.6, True, 'reports/bench-"odd"\\name.json', None, "")
+    r = mon.render("r", ("draft",), "llama.cpp", mon.Settings(), odd)
+    low = _rules(r)[-1]["annotations"]["description"]
+    assert 'reports/bench-"odd"\\name.json' in low
+    assert 'bench-"odd"' in json.loads(r.files[mon.DASHBOARD])["description"]
+
+
 def test_the_scrape_configs_point_at_the_target_and_the_compose_service() -> None:
     s = mon.Settings(target="10.0.0.5:9000", scrape_interval="5s")
     r = mon.render("gemma3-270m-self", ("draft",), "llama.cpp", s, MEASURED)

@@ -342,10 +342,14 @@ def _drafter(types: Sequence[str]) -> str:
 
 
 def _fill(text: str, values: Mapping[str, str], what: str) -> str:
+    """The template with its placeholders filled; each value escaped as inside a JSON
+    string, which YAML's double-quoted strings read the same (a quote or backslash in a
+    report's name cannot break either file)."""
+
     def one(m: re.Match) -> str:
         if m.group(1) not in values:
             raise LlamaspecError(f"The {what} template names @{m.group(1)}@, which is unknown.")
-        return values[m.group(1)]
+        return json.dumps(values[m.group(1)], ensure_ascii=False)[1:-1]
 
     return _PLACEHOLDER.sub(one, text)
 
