@@ -1,6 +1,7 @@
-"""`llamaspec recipe monitor` (perf/monitoring.py): the alert rules, their promtool tests,
-the scrape configs and the Grafana dashboard rendered per recipe, the baseline from a bench
-report, the alerts a recipe gets, --out, the compose service and bad input."""
+"""`llamaspec recipe monitor` (perf/monitoring.py, perf/monitoring_baseline.py): the alert
+rules, their promtool tests, the scrape configs and the Grafana dashboard rendered per
+recipe, the baseline from a bench report, the alerts a recipe gets, --out, the compose
+service and bad input."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.images import registry
 from llamaspec.models import recipes
 from llamaspec.perf import monitoring as mon
+from llamaspec.perf import monitoring_baseline as base
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +55,7 @@ def _report(path: Path, recipe: str, date: str, drafted: int, accepted: int, **e
     return path
 
 
-MEASURED = mon.Baseline(0.8, True, "a report", 1.4, "geometric mean", "reports/x.json")
+MEASURED = base.Baseline(0.8, True, "a report", 1.4, "geometric mean", "reports/x.json")
 
 
 def test_a_draft_recipe_gets_all_four_alerts_each_with_a_firing_and_a_quiet_test() -> None:
@@ -125,7 +127,7 @@ def test_the_dashboard_has_the_panels_and_no_placeholders() -> None:
 
 
 def test_quotes_in_the_baseline_source_break_neither_the_rules_nor_the_dashboard() -> None:
-    odd = mon.Baseline(0.6, True, 'reports/bench-"odd"\\name.json', None, "")
+    odd = base.Baseline(0.6, True, 'reports/bench-"odd"\\name.json', None, "")
     r = mon.render("r", ("draft",), "llama.cpp", mon.Settings(), odd)
     low = _rules(r)[-1]["annotations"]["description"]
     assert 'reports/bench-"odd"\\name.json' in low
@@ -157,25 +159,25 @@ def test_the_baseline_is_the_newest_report_of_that_recipe_and_engine(tmp_path: P
     _report(reports / "bench-r-longer-d.json", "r-longer", "2026-04-01", 100, 5)
     _report(reports / "bench-r-e.json", "r", "2026-05-01", 0, 0)  # drafted nothing
     (reports / "bench-r-f.json").write_text("{not json")
-    b = mon.find_baseline("r", "llama.cpp", [reports], tmp_path)
+    b = base.find_baseline("r", "llama.cpp", [reports], tmp_path)
     assert b.measured and b.acceptance == 0.5 and b.report == "reports/bench-r-b.json"
     assert "100 of 200 draft tokens accepted in reports/bench-r-b.json, 2026-02-01" in b.source
     assert "llama.cpp, 0c1e570, cpu" in b.source and b.speedup == 1.5
     # on the same date, a reliable report before an unreliable one
     _report(reports / "bench-r-g.json", "r", "2026-02-01", 100, 20,
             reliability={"reliable": False, "reasons": ["load"]})  # fmt: skip
-    assert mon.find_baseline("r", "llama.cpp", [reports], tmp_path).acceptance == 0.5
+    assert base.find_baseline("r", "llama.cpp", [reports], tmp_path).acceptance == 0.5
     # an explicit report, and an explicit value
-    b = mon.find_baseline("r", "llama.cpp", [reports], tmp_path, newest.parent / "bench-r-a.json")
+    b = base.find_baseline("r", "llama.cpp", [reports], tmp_path, newest.parent / "bench-r-a.json")
     assert b.acceptance == 0.9
-    b = mon.find_baseline("r", "llama.cpp", [reports], tmp_path, acceptance=0.6)
+    b = base.find_baseline("r", "llama.cpp", [reports], tmp_path, acceptance=0.6)
     assert (b.acceptance, b.measured, b.source) == (0.6, False, "given with --baseline-acceptance")
 
 
 def test_an_unreliable_report_gives_its_acceptance_but_no_speedup(tmp_path: Path) -> None:
     path = _report(tmp_path / "bench-r-a.json", "r", "2026-01-01", 100, 70,
                    reliability={"reliable": False, "reasons": ["spread"]})  # fmt: skip
-    b = mon.find_baseline("r", "llama.cpp", [tmp_path], tmp_path, path)
+    b = base.find_baseline("r", "llama.cpp", [tmp_path], tmp_path, path)
     assert b.acceptance == 0.7 and b.speedup is None
     assert b.speedup_note.startswith("no speedup quoted: unreliable: spread")
 
@@ -183,8 +185,8 @@ def test_an_unreliable_report_gives_its_acceptance_but_no_speedup(tmp_path: Path
 def test_without_a_report_the_baseline_is_assumed_and_the_files_say_not_measured(
     tmp_path: Path,
 ) -> None:
-    b = mon.find_baseline("r", "llama.cpp", [tmp_path / "none"], tmp_path)
-    assert (b.acceptance, b.measured) == (mon.ASSUMED_ACCEPTANCE, False)
+    b = base.find_baseline("r", "llama.cpp", [tmp_path / "none"], tmp_path)
+    assert (b.acceptance, b.measured) == (base.ASSUMED_ACCEPTANCE, False)
     assert "run `llamaspec bench r` or give --baseline-acceptance" in b.source
     r = mon.render("r", ("draft",), "llama.cpp", mon.Settings(), b)
     assert "The baseline is NOT MEASURED" in r.files[mon.RULES]
@@ -223,19 +225,19 @@ def test_bad_settings_are_one_paragraph(kwargs: dict, expect: str) -> None:
 @pytest.mark.parametrize("value", [0.0, -0.1, 1.5, float("nan")])
 def test_a_bad_baseline_acceptance_is_refused(value: float) -> None:
     with pytest.raises(LlamaspecError, match="--baseline-acceptance .* is not a share"):
-        mon.given_baseline(value)
+        base.given_baseline(value)
 
 
 def test_a_report_of_another_recipe_or_not_a_report_is_refused(tmp_path: Path) -> None:
     other = _report(tmp_path / "bench-x.json", "x", "2026-01-01", 10, 5)
     with pytest.raises(LlamaspecError, match="measured recipe 'x', not 'r'"):
-        mon.find_baseline("r", "llama.cpp", [], tmp_path, other)
+        base.find_baseline("r", "llama.cpp", [], tmp_path, other)
     (tmp_path / "junk.json").write_text("[]")
     with pytest.raises(LlamaspecError, match="is not a bench report"):
-        mon.find_baseline("r", "llama.cpp", [], tmp_path, tmp_path / "junk.json")
+        base.find_baseline("r", "llama.cpp", [], tmp_path, tmp_path / "junk.json")
     idle = _report(tmp_path / "bench-r.json", "r", "2026-01-01", 0, 0)
     with pytest.raises(LlamaspecError, match="drafted no token at all"):
-        mon.find_baseline("r", "llama.cpp", [], tmp_path, idle)
+        base.find_baseline("r", "llama.cpp", [], tmp_path, idle)
 
 
 def test_write_puts_every_file_in_out_atomically_and_nothing_else(tmp_path: Path) -> None:

@@ -259,9 +259,20 @@ def cmd_recipe_show(args: argparse.Namespace, console: Console) -> None:
             "a Prometheus service to the compose file."
         )
     if args.with_prometheus is not None:
-        from llamaspec.perf import monitoring
+        from llamaspec.images import run_line
 
-        monitoring.read_record(args.with_prometheus, args.recipe)
+        print(
+            run_line.compose_with_prometheus(
+                args.recipe,
+                _render_options(args),
+                console,
+                args.with_prometheus,
+                image=args.image,
+                models_dir=args.models_dir,
+            ),
+            end="",
+        )
+        return
     if args.format in ("docker", "compose", "llama-swap-docker"):
         from llamaspec.images import run_line
 
@@ -274,7 +285,6 @@ def cmd_recipe_show(args: argparse.Namespace, console: Console) -> None:
             models_dir=args.models_dir,
             ttl=args.ttl,
             aliases=args.alias,
-            prometheus=args.with_prometheus,
         )
         print(line, end="")
         return

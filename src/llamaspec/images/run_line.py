@@ -33,12 +33,10 @@ def docker_line(
     ttl: int | None = None,
     aliases: Sequence[str] = (),
     root: Path | None = None,
-    prometheus: Path | None = None,
 ) -> str:
     """The recipe `name` run by the published image, in `fmt` (one of FORMATS): every GGUF
     file of the pair mounted read-only from where `models pull` put it (or `models_dir`),
-    the recipe in the image's dialect. `image` overrides the published image; `prometheus`
-    (compose only): a folder `recipe monitor` rendered, run by a Prometheus service beside."""
+    the recipe in the image's dialect. `image` overrides the published image."""
     from llamaspec import lock as lockfile
     from llamaspec.images import registry
     from llamaspec.images import specs as images
@@ -92,15 +90,25 @@ def docker_line(
     )
     image = image or images.image_ref(registry.configured_registry(None)[0], tag)
     if fmt == "compose":
-        text = registry.compose(recipe.name, image, backend, cmd.argv, mounts, opts.port)
-        if prometheus is not None:
-            from llamaspec.perf import monitoring
-
-            text = monitoring.compose_prometheus(text, recipe.name, prometheus)
-        return text
+        return registry.compose(recipe.name, image, backend, cmd.argv, mounts, opts.port)
     if fmt == "llama-swap-docker":
         run = registry.docker_run_swap(image, backend, cmd.argv, mounts)
         return recipes.llama_swap_entry(
             recipe.name, run, ttl, aliases, stop="docker stop ${MODEL_ID}"
         )
     return registry.docker_run(image, backend, cmd.argv, mounts, opts.port) + "\n"
+
+
+def compose_with_prometheus(
+    name: str, opts: RenderOptions, console: Console, prometheus: Path, **kw
+) -> str:
+    """`docker_line(..., "compose")` with a Prometheus service beside the server that
+    evaluates the rules `recipe monitor` rendered into the folder `prometheus`
+    (perf/monitoring.py); that folder is checked before any model is looked for."""
+    from llamaspec.models import recipes
+    from llamaspec.perf import monitoring
+
+    recipe, _ = recipes.find(name, kw.get("root") or project_root())
+    monitoring.read_record(prometheus, recipe.name)
+    text = docker_line(name, opts, "compose", console, **kw)
+    return monitoring.compose_prometheus(text, recipe.name, prometheus)

@@ -14,10 +14,10 @@ The templates ship in the package (perf/monitoring_templates/: alerts.yml, dashb
   recipe that drafts nothing for a while is not a fault and gets no such alert.
 
 The baseline is the recipe's measured acceptance and speedup from its newest bench report
-(`find_baseline`: reports/bench-<recipe>-<artifact>*.json, perf/bench_report.py's shape);
-without one, a value the user gives, else an assumed one, and the rendered files say
-which. It lives in perf/ because it reads recipes (models/) and bench reports (perf/);
-images/run_line.py adds the Prometheus service to a compose file with `compose_prometheus`.
+(perf/monitoring_baseline.py); without one, a value the user gives, else an assumed one,
+and the rendered files say which. It lives in perf/ because it reads recipes (models/) and
+bench reports (perf/); images/run_line.py adds the Prometheus service to a compose file
+with `compose_prometheus`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import yaml
 
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
+from llamaspec.perf.monitoring_baseline import Baseline, find_baseline, given_baseline
 
 RULES = "llamaspec-alerts.yml"
 RULES_TEST = "llamaspec-alerts.test.yml"
@@ -57,8 +58,6 @@ ALERTS = (DOWN, DEFERRED, IDLE, LOW)
 DEFAULT_FOR = {DOWN: "1m", DEFERRED: "5m", IDLE: "5m", LOW: "15m"}
 # engines whose llama-server exports llamacpp:spec_decode_* (runtime/metrics.py)
 COUNTING_ENGINES = frozenset({"llama.cpp"})
-# the baseline when no bench report and no --baseline-acceptance give one: not measured
-ASSUMED_ACCEPTANCE = 0.5
 # draft tokens a window needs before its acceptance is judged (a few drafts say little)
 MIN_DRAFTED = 50
 # the Prometheus image the compose rendering runs beside the server
@@ -127,173 +126,6 @@ class Settings:
 
     def for_(self, alert: str) -> str:
         return self.hold if self.hold is not None else DEFAULT_FOR[alert]
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """The acceptance the rules compare with, and where it came from. `measured`: from a
-    bench report; `speedup` is that report's headline geometric mean (None where it has no
-    trusted one, `speedup_note` says why)."""
-
-    acceptance: float
-    measured: bool
-    source: str
-    speedup: float | None = None
-    speedup_note: str = ""
-    report: str | None = None
-
-    @property
-    def kind(self) -> str:
-        return "measured" if self.measured else "not measured"
-
-    def describe(self) -> str:
-        text = f"acceptance {self.acceptance:.3f} ({self.kind}: {self.source})"
-        if self.speedup is not None:
-            text += f", speedup {self.speedup:.2f}× ({self.speedup_note})"
-        elif self.speedup_note:
-            text += f"; {self.speedup_note}"
-        return text
-
-
-def given_baseline(acceptance: float) -> Baseline:
-    if not (isinstance(acceptance, float | int) and 0 < acceptance <= 1) or math.isnan(acceptance):
-        raise LlamaspecError(
-            f"--baseline-acceptance {acceptance!r} is not a share of drafted tokens in (0, 1]: "
-            "give the acceptance you measured, e.g. 0.7 for 70% of draft tokens accepted."
-        )
-    return Baseline(float(acceptance), False, "given with --baseline-acceptance")
-
-
-def _shown(path: Path, root: Path) -> str:
-    """A report's path as the rendered files show it: relative to the project, else its name
-    in its folder (never this machine's absolute path)."""
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return f"{path.parent.name}/{path.name}"
-
-
-def _read_report(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    ok = isinstance(data, dict) and isinstance(data.get("workloads"), list)
-    return data if ok and isinstance(data.get("recipe"), str) else None
-
-
-def _engine_of(report: Mapping[str, Any]) -> str | None:
-    """A report's engine; an early report without the field: from its artifact id."""
-    if report.get("engine"):
-        return str(report["engine"])
-    art = str(report.get("artifact_id") or "")
-    return "ik_llama.cpp" if art.startswith("ik-") else "llama.cpp" if art else None
-
-
-def report_baseline(report: Mapping[str, Any], shown: str) -> Baseline | None:
-    """The measured baseline of a bench report: Σ accepted ÷ Σ drafted over its
-    first-exposure cells, and its headline speedup where the report is reliable; None when
-    it drafted nothing."""
-    from llamaspec.perf import bench_report
-
-    drafted = accepted = 0.0
-    for cell in report["workloads"]:
-        summary = cell.get("summary") or {}
-        drafted += float(summary.get("drafted") or 0)
-        accepted += float(summary.get("accepted") or 0)
-    if drafted <= 0:
-        return None
-    commit = str(report.get("commit") or "")[:7]
-    parts = [report.get("date"), _engine_of(report), commit, report.get("backend")]
-    where = ", ".join([shown, *(str(p) for p in parts if p)])
-    speedup, note = None, ""
-    try:
-        headline = bench_report.headline(report)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):  # an early report
-        values = [
-            float(c["summary"]["speedup"])
-            for c in report["workloads"]
-            if (c.get("summary") or {}).get("speedup")
-        ]
-        headline = (
-            f"geometric mean {math.exp(sum(map(math.log, values)) / len(values)):.2f}× "
-            "(an early report: its reliability was not judged)"
-            if values
-            else "no speedup measured"
-        )
-    m = re.search(r"geometric mean ([\d.]+)×", headline)
-    if m:
-        speedup = float(m.group(1))
-        note = "geometric mean over the workloads" + (
-            " (an early report: its reliability was not judged)" if "early" in headline else ""
-        )
-    else:
-        note = f"no speedup quoted: {headline}"
-    return Baseline(
-        min(accepted / drafted, 1.0),
-        True,
-        f"{int(accepted)} of {int(drafted)} draft tokens accepted in {where}",
-        speedup,
-        note,
-        shown,
-    )
-
-
-def find_baseline(
-    recipe: str,
-    engine: str,
-    folders: Sequence[Path],
-    root: Path,
-    report: Path | None = None,
-    acceptance: float | None = None,
-) -> Baseline:
-    """The baseline: `acceptance` when given; else `report` (a bench report file) when given;
-    else the newest bench report of `recipe` on `engine` in `folders` (by its date, a
-    reliable one first on the same date), else ASSUMED_ACCEPTANCE, marked not measured."""
-    if acceptance is not None:
-        return given_baseline(acceptance)
-    if report is not None:
-        data = _read_report(report) if report.is_file() else None
-        if data is None:
-            raise LlamaspecError(
-                f"--report {report} is not a bench report (reports/bench-<recipe>-<artifact>"
-                ".json as `llamaspec bench` writes it, with its recipe and workloads)."
-            )
-        if data["recipe"] != recipe:
-            raise LlamaspecError(
-                f"--report {report} measured recipe {data['recipe']!r}, not {recipe!r}: its "
-                "acceptance is no baseline for this recipe. Give that recipe's own report."
-            )
-        found = report_baseline(data, _shown(report, root))
-        if found is None:
-            raise LlamaspecError(
-                f"--report {report} drafted no token at all, so it has no acceptance to "
-                "compare with: bench the recipe again, or give --baseline-acceptance."
-            )
-        return found
-    candidates: list[tuple[tuple, Path, dict]] = []
-    seen: set[Path] = set()
-    for folder in folders:
-        for path in sorted(folder.glob(f"bench-{recipe}-*.json")) if folder.is_dir() else ():
-            if path.resolve() in seen:
-                continue
-            seen.add(path.resolve())
-            data = _read_report(path)
-            # bench-<recipe>-… also matches longer recipe names: the report's own field decides
-            if data is None or data["recipe"] != recipe or _engine_of(data) != engine:
-                continue
-            reliable = bool((data.get("reliability") or {}).get("reliable"))
-            candidates.append(((str(data.get("date") or ""), reliable, path.name), path, data))
-    for _, path, data in sorted(candidates, key=lambda c: c[0], reverse=True):
-        found = report_baseline(data, _shown(path, root))
-        if found is not None:
-            return found
-    return Baseline(
-        ASSUMED_ACCEPTANCE,
-        False,
-        f"assumed: no bench report of recipe {recipe} on {engine} with drafted tokens was found"
-        f"; run `llamaspec bench {recipe}` or give --baseline-acceptance",
-    )
 
 
 @dataclass(frozen=True)
