@@ -342,7 +342,12 @@ def test_promtool_passes_the_rules_and_tests_of_each_kind_of_recipe(tmp_path: Pa
     for name, engine in sorted(kinds):
         out = tmp_path / f"{name}-{engine}"
         mon.write(mon.for_recipe(name, mon.Settings(), engine=engine, root=ROOT), out)
-        for argv in (["check", "rules", mon.RULES], ["test", "rules", mon.RULES_TEST]):
+        for argv in (
+            ["check", "rules", mon.RULES],
+            ["test", "rules", mon.RULES_TEST],
+            ["check", "config", mon.SCRAPE],
+            ["check", "config", mon.SCRAPE_COMPOSE],
+        ):
             run = subprocess.run(["promtool", *argv], cwd=out, capture_output=True, text=True,
                                  timeout=60)  # fmt: skip
             assert run.returncode == 0, (name, engine, run.stdout + run.stderr)
