@@ -51,6 +51,9 @@ def test_the_installed_wheel_builds_and_benches_outside_a_checkout(
     ).stdout.strip()
     assert where.startswith(str(venv)) and where.endswith("llamaspec/data")
     assert "gemma3-270m-ngram-tuned" in _run([cli, "recipe", "list"], work, env).stdout
+    # the monitoring templates are package data: the installed wheel renders them
+    _run([cli, "recipe", "monitor", "gemma3-270m-ngram", "--out", str(tmp_path / "mon")], work, env)
+    assert (tmp_path / "mon" / "llamaspec-alerts.yml").read_text().count("- alert:") == 3
 
     # the suite's own upstream build is reused (same id, same build tree): steps, not hours
     _run(

@@ -65,6 +65,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "recipe show": (
         "llamaspec recipe show deepseek-r1 --engine ik_llama.cpp --backend cpu",
         "llamaspec recipe show gemma3-270m-ngram --format docker --models-dir ./models",
+        "llamaspec recipe show gemma3-270m-ngram --format compose --with-prometheus ./monitoring",
+    ),
+    "recipe monitor": (
+        "llamaspec recipe monitor gemma3-270m-q4-draft --out ./monitoring",
+        "llamaspec recipe monitor qwen2.5-coder-7b --out ./monitoring --baseline-acceptance 0.7",
     ),
     "serve": (
         "llamaspec serve gemma3-270m-ngram-tuned --port 8080",

@@ -82,7 +82,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="with --format docker/compose: mount DIR (from `models pull --local-dir DIR`) "
         "read-only at /models instead of each file from the Hugging Face cache",
     )
+    sh.add_argument(
+        "--with-prometheus",
+        type=Path,
+        metavar="DIR",
+        help="with --format compose: add a Prometheus service that evaluates the rules "
+        "`recipe monitor RECIPE --out DIR` rendered in DIR (mounted read-only)",
+    )
     sh.set_defaults(handler=cmd_recipe_show)
+    _monitor_parser(rsub)
 
     s = sub.add_parser("serve", help="download, check and run a recipe's server (foreground)")
     s.add_argument("recipe")
@@ -110,6 +118,40 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "it (re)started is stopped and counted as a death (default 600)",
     )
     s.set_defaults(handler=cmd_serve)
+
+
+def _monitor_parser(rsub: argparse._SubParsersAction) -> None:
+    mo = rsub.add_parser(
+        "monitor",
+        help="render Prometheus alert rules (with their promtool tests), a scrape config and "
+        "a Grafana dashboard for a recipe's server into --out DIR",
+    )
+    mo.add_argument("recipe")
+    mo.add_argument("--out", type=Path, required=True, metavar="DIR", help="where to write")
+    mo.add_argument("--engine", type=options.non_empty, help="llama.cpp (default) or ik_llama.cpp")
+    mo.add_argument(
+        "--report", type=Path, metavar="FILE", help="the bench report whose acceptance is the "
+        "baseline (default: the recipe's newest in reports/)",
+    )  # fmt: skip
+    mo.add_argument(
+        "--baseline-acceptance", type=float, metavar="X", help="the baseline acceptance "
+        "(0-1) instead of a report's (marked not measured)",
+    )  # fmt: skip
+    mo.add_argument(
+        "--fraction", type=float, default=0.5,
+        help="LlamaSpecAcceptanceLow fires below this share of the baseline (default 0.5)",
+    )  # fmt: skip
+    mo.add_argument("--window", default="10m", help="the range rates are taken over (10m)")
+    mo.add_argument(
+        "--for", dest="hold", metavar="DURATION",
+        help="every alert's `for:` (default: 1m down, 5m deferred or idle, 15m acceptance)",
+    )  # fmt: skip
+    mo.add_argument("--scrape-interval", default="15s", help="Prometheus's (default 15s)")
+    mo.add_argument(
+        "--target", default="127.0.0.1:8080", metavar="HOST:PORT",
+        help="where Prometheus scrapes the server (default 127.0.0.1:8080)",
+    )  # fmt: skip
+    mo.set_defaults(handler=cmd_recipe_monitor)
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
@@ -234,6 +276,26 @@ def cmd_recipe_show(args: argparse.Namespace, console: Console) -> None:
 
     # stdout is the command alone (`recipe show NAME > run.sh`); notes go to stderr
     console = Console(stderr=True, highlight=False, soft_wrap=True)
+    if args.with_prometheus is not None and args.format != "compose":
+        raise LlamaspecError(
+            f"--with-prometheus goes with --format compose only (not {args.format}): it adds "
+            "a Prometheus service to the compose file."
+        )
+    if args.with_prometheus is not None:
+        from llamaspec.images import run_line
+
+        print(
+            run_line.compose_with_prometheus(
+                args.recipe,
+                _render_options(args),
+                console,
+                args.with_prometheus,
+                image=args.image,
+                models_dir=args.models_dir,
+            ),
+            end="",
+        )
+        return
     if args.format in ("docker", "compose", "llama-swap-docker"):
         from llamaspec.images import run_line
 
@@ -267,6 +329,40 @@ def cmd_recipe_show(args: argparse.Namespace, console: Console) -> None:
             "them (`llamaspec serve` does it for you)",
             style="dim",
         )
+
+
+def cmd_recipe_monitor(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.perf import monitoring
+
+    settings = monitoring.Settings(
+        window=args.window,
+        fraction=args.fraction,
+        hold=args.hold,
+        scrape_interval=args.scrape_interval,
+        target=args.target,
+    )
+    done = monitoring.for_recipe(
+        args.recipe,
+        settings,
+        engine=args.engine,
+        report=args.report,
+        acceptance=args.baseline_acceptance,
+    )
+    for path in monitoring.write(done, args.out):
+        console.print(f"wrote {path}")
+    console.print(f"alerts: {', '.join(done.alerts)}")
+    for alert, why in done.omitted:
+        console.print(f"left out: {alert}: {why}", style="dim")
+    if done.baseline is None:
+        console.print("no speculation alerts, so no acceptance baseline")
+    else:
+        console.print(f"baseline: {done.baseline.describe()}")
+        if not done.baseline.measured:
+            console.print("note: the baseline is NOT MEASURED", style="yellow")
+    console.print(
+        f"check: promtool check rules {args.out / monitoring.RULES}; promtool test rules "
+        f"{args.out / monitoring.RULES_TEST}"
+    )
 
 
 def cmd_serve(args: argparse.Namespace, console: Console) -> None:

@@ -97,3 +97,18 @@ def docker_line(
             recipe.name, run, ttl, aliases, stop="docker stop ${MODEL_ID}"
         )
     return registry.docker_run(image, backend, cmd.argv, mounts, opts.port) + "\n"
+
+
+def compose_with_prometheus(
+    name: str, opts: RenderOptions, console: Console, prometheus: Path, **kw
+) -> str:
+    """`docker_line(..., "compose")` with a Prometheus service beside the server that
+    evaluates the rules `recipe monitor` rendered into the folder `prometheus`
+    (perf/monitoring.py); that folder is checked before any model is looked for."""
+    from llamaspec.models import recipes
+    from llamaspec.perf import monitoring
+
+    recipe, _ = recipes.find(name, kw.get("root") or project_root())
+    monitoring.read_record(prometheus, recipe.name)
+    text = docker_line(name, opts, "compose", console, **kw)
+    return monitoring.compose_prometheus(text, recipe.name, prometheus)

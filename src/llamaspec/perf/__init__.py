@@ -9,7 +9,10 @@ recipe's or an ad-hoc one; bench, tune and draft measure start from one), costmo
 ceiling: synthetic acceptance swept against the bound, and its report), tune (the sweep →
 a tuned recipe), tune_report (its frozen results, state file, ranking and report),
 portable (portable vs native builds), draft_measure (`draft find --measure`), netlab and
-rpcstudy (the RPC latency study across network namespaces).
+rpcstudy (the RPC latency study across network namespaces), monitoring (a recipe's
+Prometheus alert rules, their promtool tests, scrape configs and Grafana dashboard, from the
+templates in monitoring_templates/) and monitoring_baseline (the acceptance they compare
+with, from the recipe's newest bench report).
 
 May import: the base modules, llamaspec.engine, llamaspec.models, llamaspec.runtime and
 llamaspec.proof.
