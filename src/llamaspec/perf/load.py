@@ -60,6 +60,7 @@ from llamaspec.runtime import metrics
 from llamaspec.runtime.client import Server, running, server_help
 
 SAMPLE_S = 1.0  # the sampler's period
+RETRIES = 3  # times a request refused while the server was down is sent again
 FILLER = (
     "Notes from the harbour log: the tide turned at {i} past the hour, two trawlers came "
     "in with ice on their rails, and the crane on the north quay was serviced again. "
@@ -327,8 +328,22 @@ class PhaseDriver:
             return item
 
     def client(self, deadline: float, advance: Callable[[], None]) -> None:
+        """Take requests until the schedule or the phase's time is spent. A request refused
+        while the server was down is recorded, and sent again (at most RETRIES times) once
+        the restarted server is healthy, as a client that retries would."""
         plan = self.run.plan
-        while (item := self.take(deadline)) is not None:
+        item: Planned | None = None
+        tries = 0
+        while True:
+            if item is None:
+                item, tries = self.take(deadline), 0
+                if item is None:
+                    return
+            else:
+                with self.lock:
+                    if self.stop.is_set() or time.monotonic() > deadline:
+                        return
+                    self.in_flight += 1
             p = item.prompt
             rec = Record(self.ph.mode, self.ph.index, p.name, p.kind, item.stream, item.cancel)
             try:
@@ -336,14 +351,19 @@ class PhaseDriver:
             finally:
                 with self.lock:
                     self.in_flight -= 1
+            retry = False
             if not rec.outcome:
                 windows = [o.window for o in self.run.outages]
                 rec.outcome = classify_transport(rec.started, rec.ended, windows)
-                if rec.outcome == DOWN:  # as a client that retries later: wait for it
-                    self.holder.healthy.wait(max(deadline - time.monotonic(), 0.0))
+                if rec.outcome == DOWN:
+                    left = max(deadline - time.monotonic(), 0.0)
+                    tries += 1
+                    retry = self.holder.healthy.wait(left) and tries <= RETRIES
             with self.lock:
                 self.ph.records.append(rec)
-            advance()
+            if not retry:
+                advance()
+                item = None
 
     def sampler(self) -> None:
         while not self.stop.wait(SAMPLE_S):
