@@ -345,3 +345,21 @@ def test_a_plain_only_recipe_says_so(tmp_path: Path) -> None:
     report = load_report.to_json(run, artifact(tmp_path), None)
     assert "plain phases only" in report["arrangement"] and list(report["by_mode"]) == ["plain"]
     assert "plain phases only" in load_report.markdown(report)
+
+
+def test_a_server_that_never_becomes_healthy_is_one_error_with_its_log(tmp_path: Path) -> None:
+    """A bounded wait: the error names the wait and carries the log's last lines."""
+    bin_dir = tmp_path / "art" / "bin"
+    bin_dir.mkdir(parents=True)
+    server = bin_dir / "llama-server"
+    server.write_text("#!/bin/sh\necho 'loading the model, slowly'\nexec sleep 30\n")
+    server.chmod(0o755)
+    art = Artifact("llamacpp-cpu-x", tmp_path / "art", {"engine": "llama.cpp"}, reused=False)
+    holder = load.Holder(art, ["-m", "x.gguf"], tmp_path / "logs" / "s.log", ready=1.0)
+    try:
+        with pytest.raises(LlamaspecError) as caught:
+            holder.start()
+    finally:
+        holder.close()
+    assert "not healthy after 1s" in caught.value.message
+    assert "loading the model, slowly" in str(caught.value.details)

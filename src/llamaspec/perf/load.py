@@ -7,10 +7,12 @@ client threads take requests from a seeded schedule (perf.load_plan) — the bui
 workloads' prompts, one sized near the slot's context (it fits) and one over it (the server
 must refuse it), streamed or not, some streams hung up after a few tokens — until the
 phase's requests are done or its share of `--duration` is spent. Every request has a
-deadline. Once a second a sampler reads the server's resident memory (/proc/PID/status
-VmRSS) and its `/metrics` (speculation counters).
+deadline; one refused while a killed server is down is sent again once it is back. Once a
+second a sampler reads the server's resident memory (/proc/PID/status VmRSS) and its
+`/metrics` (speculation counters).
 
-Before the phases, a plain one-slot server sizes the prompts with /tokenize and, where the
+Before the phases, a plain one-slot server sizes the prompts with /tokenize to the context a
+slot really has (/slots; the engine rounds a small one up) and, where the
 recipe's target is an F32 reference copy, answers each distinct prompt once, sequentially:
 every completed output of the load is compared with that answer token by token.
 
@@ -138,6 +140,7 @@ class Holder:
         self.server.proc.wait(timeout=30)
         self.stack.close()
         self.stack = ExitStack()
+        self.server, self.url = None, ""
 
     def read_counters(self) -> None:
         counters = metrics.read(self.url, timeout=5) if self.url else None
@@ -241,6 +244,19 @@ def _stream(
 
 
 # --- preparing: prompts and the sequential reference --------------------------------------
+
+
+def slot_ctx(server: Server) -> int | None:
+    """The context a slot really has (/slots `n_ctx`; the engine rounds small ones up)."""
+    try:
+        reply = httpx.get(server.url + "/slots", timeout=10)
+        slots = reply.json() if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    if isinstance(slots, list) and slots and isinstance(slots[0], dict):
+        n = slots[0].get("n_ctx")
+        return int(n) if isinstance(n, int) and n > 0 else None
+    return None
 
 
 def sized_prompts(
@@ -485,6 +501,13 @@ def execute(
         + (" and answering each once, sequentially (the reference)" if exact is None else "")
     )
     with running(artifact.server, prep, logs / "reference.log", plan.ready_timeout) as srv:
+        given = slot_ctx(srv)
+        if given and given != run.ctx:
+            console.print(
+                f"load: the server gives a slot {given} tokens of context (asked {run.ctx}); "
+                "the prompts are sized to that"
+            )
+            run.ctx = given
         run.prompts = sized_prompts(srv, run.ctx, plan, run.left_out)
         if exact is None:
             run.reference = reference(srv, run.prompts, plan.request_timeout)

@@ -211,7 +211,11 @@ def to_json(
         "phases only, one per client count, each a fresh server with one slot per client",
         "speculative": run.speculative,
         "ctx_per_slot": run.ctx,
-        "plan": {**dataclasses.asdict(run.plan), "faults": [str(f) for f in run.plan.faults]},
+        "plan": {
+            **dataclasses.asdict(run.plan),
+            "clients": list(run.plan.clients),
+            "faults": [str(f) for f in run.plan.faults],
+        },
         "commands": dict(run.commands),
         "prompts": [
             {"name": p.name, "kind": p.kind, "tokens": p.tokens, "n_predict": p.n_predict}
@@ -339,7 +343,8 @@ def markdown(report: Mapping[str, Any]) -> str:
         f"- machine: {report['machine']['description']}",
         f"- engine: {report['engine']} {report['commit']} ({report['backend']}), {report['date']}",
         f"- arrangement: {report['arrangement']}",
-        f"- plan: clients {plan['clients']}, up to {plan['requests']} requests a phase, "
+        f"- plan: clients {', '.join(map(str, plan['clients']))}, up to {plan['requests']} "
+        "requests a phase, "
         f"{plan['duration']}s for the load phases, {plan['n_predict']} tokens an answer, "
         f"{plan['stream_share']:.0%} streamed, {plan['cancel_share']:.0%} of streams hung up "
         f"after a few tokens, {report['ctx_per_slot']} tokens of context per slot, every "
