@@ -460,7 +460,8 @@ def run_phase(
             t.join()
         first_of_mode = not any(p.mode == ph.mode for p in run.phases[: run.phases.index(ph)])
         if plan.fault("stall") and first_of_mode and holder.server is not None:
-            shortest = min((p for p in run.prompts if p.kind == "workload"), key=lambda p: p.tokens)
+            fits = [p for p in run.prompts if p.kind in ("workload", "near-limit")]
+            shortest = min(fits, key=lambda p: p.tokens)
             say(f"load: fault: a {ph.mode} stream stops being read")
             budget = max(min(run.ctx - shortest.tokens - 8, 8 * plan.n_predict), plan.n_predict)
             run.stalls.append(
