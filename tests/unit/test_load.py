@@ -363,3 +363,14 @@ def test_a_server_that_never_becomes_healthy_is_one_error_with_its_log(tmp_path:
         holder.close()
     assert "not healthy after 1s" in caught.value.message
     assert "loading the model, slowly" in str(caught.value.details)
+
+
+def test_the_edge_prompts_come_early_in_the_rotation() -> None:
+    w = [LoadPrompt(f"w{i}", "workload", "x", 1, 8) for i in range(4)]
+    e = [LoadPrompt(k, k, (1,), 1, 8) for k in ("near-limit", "over-context", "overflow")]
+    got = [p.name for p in load.interleave(w, e)]
+    assert got == ["w0", "near-limit", "w1", "over-context", "w2", "overflow", "w3"]
+    assert [p.name for p in load.interleave(w[:1], e)] == [
+        "w0", "near-limit", "over-context", "overflow"
+    ]  # fmt: skip
+    assert load.interleave([], e) == e

@@ -280,13 +280,24 @@ def sized_prompts(
     while len(ids) < ctx + 32:
         ids += ids[1:]
     near = max(ctx - n - 4, 8)
-    out.append(LoadPrompt("near-limit", "near-limit", tuple(ids[:near]), near, n))
+    edges = [LoadPrompt("near-limit", "near-limit", tuple(ids[:near]), near, n)]
     over = ctx + 16
-    out.append(LoadPrompt("over-context", "over-context", tuple(ids[:over]), over, n))
+    edges.append(LoadPrompt("over-context", "over-context", tuple(ids[:over]), over, n))
     if plan.fault("overflow"):
         size = ctx - n // 2
-        out.append(LoadPrompt("overflow", "overflow", tuple(ids[:size]), size, n))
-    return out
+        edges.append(LoadPrompt("overflow", "overflow", tuple(ids[:size]), size, n))
+    return interleave(out, edges)
+
+
+def interleave(workloads: list[LoadPrompt], edges: list[LoadPrompt]) -> list[LoadPrompt]:
+    """The edge prompts early in the rotation, one after each of the first workloads (a
+    short phase reaches them too): w0, e0, w1, e1, w2, e2, w3, …"""
+    out: list[LoadPrompt] = []
+    for i, w in enumerate(workloads):
+        out.append(w)
+        if i < len(edges):
+            out.append(edges[i])
+    return out + edges[len(workloads) :]
 
 
 def reference(
