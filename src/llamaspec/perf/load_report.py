@@ -387,8 +387,16 @@ def plot(report: Mapping[str, Any], path: Path) -> bool:
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.5))
     for ph in report["phases"]:
         s = ph["rss_mb"]["samples"]
+        xs: list[float] = []
+        ys: list[float] = []
+        for x, y in s:  # a gap (the server killed and restarting) breaks the line
+            if xs and x - xs[-1] > 3.0:
+                xs.append(float("nan"))
+                ys.append(float("nan"))
+            xs.append(x)
+            ys.append(y)
         if s:
-            a.plot([x for x, _ in s], [y for _, y in s], label=f"{ph['mode']} ×{ph['clients']}")
+            a.plot(xs, ys, label=f"{ph['mode']} ×{ph['clients']}")
     for k in report["faults"]["kill"]:
         a.axvline(k["at_s"], color="red", linestyle="--", linewidth=0.8)
     a.set_xlabel("seconds into the run")
