@@ -24,6 +24,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "llamaspec limit --artifact llamacpp-cpu --lengths 2,4 --alphas 0,0.5,0.9",
         "llamaspec limit --bench reports/bench-gemma3-270m-ngram-llamacpp-cpu.json",
     ),
+    "load": (
+        "llamaspec load gemma3-270m-q4-draft --artifact llamacpp-cpu --clients 1,8 --duration 120",
+        "llamaspec load gemma3-270m-q4-draft --clients 8 --fault kill@30 --fault stall",
+    ),
     "bench-build": ("llamaspec bench-build --artifact llamacpp-cpu",),
     "bench-reproducible": ("llamaspec bench-reproducible --artifact llamacpp-cpu",),
     "bench-portable": (

@@ -17,6 +17,7 @@ from llamaspec.cli import examples, options
 from llamaspec.cli import gpu as cli_gpu
 from llamaspec.cli import health as cli_health
 from llamaspec.cli import limit as cli_limit
+from llamaspec.cli import load as cli_load
 from llamaspec.cli import models as cli_models
 from llamaspec.cli import patches as cli_patches
 from llamaspec.cli import rpc as cli_rpc
@@ -60,6 +61,7 @@ def make_parser() -> argparse.ArgumentParser:
     cli_verify.add_parsers(sub)
     cli_bench.add_parsers(sub)
     cli_limit.add_parsers(sub)
+    cli_load.add_parsers(sub)
     cli_patches.add_parsers(sub)
     cli_models.add_parsers(sub)
     cli_draft.add_parsers(sub)
