@@ -5,6 +5,7 @@ whole (also a partial one)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -374,3 +375,48 @@ def test_the_edge_prompts_come_early_in_the_rotation() -> None:
         "w0", "near-limit", "over-context", "overflow"
     ]  # fmt: skip
     assert load.interleave([], e) == e
+
+
+def test_acceptance_over_time_and_the_slope_after_warm_up() -> None:
+    """A soak is judged by acceptance in equal spans of time and the memory slope once the
+    server has warmed up: a fall in acceptance shows in its span, start-up growth does not
+    count as a leak."""
+    # 60 s of cumulative counters: 10 drafted a second, 8 accepted until 40 s, then 2
+    samples = [(float(t), 10.0 * t, 8.0 * min(t, 40) + 2.0 * max(t - 40, 0)) for t in range(61)]
+    win = load_plan.acceptance_windows(samples, windows=6)
+    assert [w["rate"] for w in win] == [0.8, 0.8, 0.8, 0.8, 0.2, 0.2]
+    assert win[0]["from_s"] == 0.0 and win[-1]["to_s"] == 60.0 and win[0]["drafted"] == 100
+    nothing = [(float(t), 0.0, 0.0) for t in range(5)]
+    assert all(w["rate"] is None for w in load_plan.acceptance_windows(nothing))
+    assert load_plan.acceptance_windows(samples[:1]) == []
+    # memory: +100 MB over the first 10 s (loading), flat after
+    rss = [(float(t), 100.0 + 10.0 * min(t, 10)) for t in range(60)]
+    assert load_plan.slope_per_minute(rss) > 10
+    assert load_plan.slope_after_warmup(rss) == pytest.approx(0.0)
+    assert load_plan.slope_after_warmup([]) is None
+
+
+def test_a_soak_report_shows_acceptance_over_time_and_says_it_ran_no_plain_phase(
+    tmp_path: Path,
+) -> None:
+    run = fake_run()
+    run.plan = dataclasses.replace(run.plan, speculative_only=True)
+    run.phases = run.phases[:1]
+    run.phases[0].accept = [(2.0, 0.0, 0.0), (6.0, 10.0, 9.0), (10.0, 20.0, 14.0)]
+    report = load_report.to_json(run, artifact(tmp_path), None)
+    assert "speculative phases only (--speculative-only" in report["arrangement"]
+    rates = [w["rate"] for w in report["phases"][0]["acceptance_over_time"]]
+    assert rates == [0.9, 0.5]  # spans without a sample are left out
+    md = load_report.markdown(report)
+    assert "acceptance over time (2 equal spans that drafted): 90.0%, 50.0% (min 50.0%" in md
+    assert "MB/min after its first 20%" in md
+
+
+def test_speculative_only_on_a_recipe_without_speculation_is_refused(tmp_path: Path) -> None:
+    run = fake_run()
+    run.speculative = False
+    run.plan = dataclasses.replace(run.plan, speculative_only=True)
+    with pytest.raises(LlamaspecError) as caught:
+        load.execute(artifact(tmp_path), None, run, None, tmp_path, Console(quiet=True))
+    assert "has no speculation" in caught.value.message
+    assert "leave the option out" in caught.value.message

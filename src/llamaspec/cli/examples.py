@@ -27,6 +27,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "load": (
         "llamaspec load gemma3-270m-q4-draft --artifact llamacpp-cpu --clients 1,8 --duration 120",
         "llamaspec load gemma3-270m-q4-draft --clients 8 --fault kill@30 --fault stall",
+        "llamaspec load gemma3-270m-ngram-tuned --clients 4 --duration 1800 --requests 100000 "
+        "--speculative-only",
     ),
     "bench-build": ("llamaspec bench-build --artifact llamacpp-cpu",),
     "bench-reproducible": ("llamaspec bench-reproducible --artifact llamacpp-cpu",),

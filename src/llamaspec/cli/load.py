@@ -95,6 +95,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "plain run (default: on)",
     )
     p.add_argument(
+        "--speculative-only",
+        action="store_true",
+        help="run no plain phases: a soak of the speculative server (the report then has "
+        "no plain figures to compare with)",
+    )
+    p.add_argument(
         "--ctx",
         type=shared.positive,
         metavar="N",
@@ -141,6 +147,7 @@ def plan_from(args: argparse.Namespace):
         cancel_share=args.cancel_share,
         faults=tuple(parse_fault(f) for f in args.fault),
         exact=args.exact,
+        speculative_only=args.speculative_only,
         ctx=args.ctx,
         threads=args.threads,
         request_timeout=args.request_timeout,

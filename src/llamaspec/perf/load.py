@@ -39,6 +39,7 @@ import httpx
 from rich.console import Console
 
 from llamaspec.engine.artifact import Artifact
+from llamaspec.errors import LlamaspecError
 from llamaspec.models.server_help import help_flags
 from llamaspec.perf import bench
 from llamaspec.perf.bench import BenchPlan
@@ -82,6 +83,7 @@ class PhaseRun:
     records: list[Record] = field(default_factory=list)
     rss: list[tuple[float, float]] = field(default_factory=list)  # (run clock, MB)
     spec: dict[str, float] = field(default_factory=dict)  # drafts, drafted, accepted
+    accept: list[tuple[float, float, float]] = field(default_factory=list)  # cumulative
     counters_available: bool = False
     servers: int = 0  # servers started for it (1 + restarts)
 
@@ -398,6 +400,15 @@ class PhaseDriver:
             if mb is not None:
                 self.ph.rss.append((round(self.run.clock(), 2), round(mb, 2)))
             self.holder.read_counters()
+            if self.holder.available:
+                h = self.holder
+                self.ph.accept.append(
+                    (
+                        round(self.run.clock(), 2),
+                        h.done["drafted"] + h.last["drafted"],
+                        h.done["accepted"] + h.last["accepted"],
+                    )
+                )
 
     def killer(self, kill_at: float, load_before: float, say: Callable[[str], None]) -> None:
         """SIGKILL the server when the load clock reaches `kill_at`, then restart it."""
@@ -505,6 +516,12 @@ def execute(
     plain one-slot server, then run every phase into `run`, which holds what was gathered
     even when this raises. `exact`: why outputs are not compared, or None to compare."""
     plan = run.plan
+    if plan.speculative_only and not run.speculative:
+        raise LlamaspecError(
+            f"--speculative-only: recipe {run.recipe} has no speculation, so there is no "
+            "speculative phase to run; leave the option out (the run is plain only), or pick "
+            "a recipe with a spec type (`llamaspec recipe list`)."
+        )
     flags = help_flags(server_help(artifact.server))
     prep = server_args(p, plan, run.ctx, 1, False, flags)
     run.commands["reference: plain, 1 slot, sequential"] = bench.shown(prep)
@@ -527,6 +544,9 @@ def execute(
     modes = ("spec", "plain") if run.speculative else ("plain",)
     if not run.speculative:
         console.print(f"load: recipe {run.recipe} has no speculation: plain phases only")
+    elif plan.speculative_only:
+        modes = ("spec",)
+        console.print("load: --speculative-only: no plain phases (a soak of the speculative one)")
     todo = [(c, m) for c in plan.clients for m in modes]
     spent = 0.0
     with bar(console) as pb:

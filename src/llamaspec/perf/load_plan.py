@@ -6,6 +6,7 @@ writes it down. Nothing here starts a process or opens a connection."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Iterable, Sequence
@@ -103,6 +104,7 @@ class LoadPlan:
     ready_timeout: float = DEFAULT_READY_TIMEOUT
     stall_bound: float = DEFAULT_STALL_BOUND
     seed: int = SEED
+    speculative_only: bool = False  # no plain phases: a soak of the speculative server
 
     def __post_init__(self) -> None:
         if not self.clients:
@@ -299,6 +301,51 @@ def slope_per_minute(samples: Sequence[tuple[float, float]]) -> float | None:
     mv = sum(v for _, v in samples) / len(samples)
     den = sum((t - mt) ** 2 for t, _ in samples)
     return sum((t - mt) * (v - mv) for t, v in samples) / den * 60.0
+
+
+WARMUP_SHARE = 0.2  # the start of a phase left out of the "after warm-up" memory slope
+WINDOWS = 6  # acceptance over time: a phase cut into this many equal spans of time
+
+
+def slope_after_warmup(samples: Sequence[tuple[float, float]]) -> float | None:
+    """`slope_per_minute` of the samples after the first WARMUP_SHARE of their time span:
+    a server's memory grows as it loads and warms its caches, and a leak is the growth
+    that goes on after that."""
+    if not samples:
+        return None
+    t0, t1 = samples[0][0], samples[-1][0]
+    cut = t0 + WARMUP_SHARE * (t1 - t0)
+    return slope_per_minute([s for s in samples if s[0] >= cut])
+
+
+def acceptance_windows(
+    samples: Sequence[tuple[float, float, float]], windows: int = WINDOWS
+) -> list[dict[str, float]]:
+    """Acceptance over time from cumulative (seconds, drafted, accepted) samples: the span
+    cut into `windows` equal parts, each with the tokens drafted and accepted in it and
+    their ratio (None where nothing was drafted)."""
+    if len(samples) < 2:
+        return []
+    t0, t1 = samples[0][0], samples[-1][0]
+    edges = [t0 + (t1 - t0) * i / windows for i in range(windows + 1)]
+    out: list[dict[str, float]] = []
+    for lo, hi in itertools.pairwise(edges):
+        inside = [s for s in samples if lo < s[0] <= hi]  # (lo, hi]: a sample counts once
+        before = [s for s in samples if s[0] <= lo]
+        if not inside:
+            continue
+        first = before[-1] if before else inside[0]
+        drafted, accepted = inside[-1][1] - first[1], inside[-1][2] - first[2]
+        out.append(
+            {
+                "from_s": round(lo, 1),
+                "to_s": round(hi, 1),
+                "drafted": int(drafted),
+                "accepted": int(accepted),
+                "rate": round(accepted / drafted, 4) if drafted > 0 else None,
+            }
+        )
+    return out
 
 
 def first_difference(got: Sequence[int], want: Sequence[int]) -> int | None:

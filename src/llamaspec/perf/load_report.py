@@ -31,12 +31,15 @@ from llamaspec.perf.load_plan import (
     OK,
     OVER_CONTEXT,
     TRUNCATED,
+    WARMUP_SHARE,
     LoadPlan,
     Record,
+    acceptance_windows,
     count,
     first_difference,
     is_error,
     percentiles,
+    slope_after_warmup,
     slope_per_minute,
 )
 
@@ -72,7 +75,7 @@ def figures(records: Sequence[Record], wall: float) -> dict[str, Any]:
 
 def phase_json(ph: PhaseRun) -> dict[str, Any]:
     wall = ph.ended - ph.started
-    slope = slope_per_minute(ph.rss)
+    slope, warm = slope_per_minute(ph.rss), slope_after_warmup(ph.rss)
     return {
         "index": ph.index,
         "mode": ph.mode,
@@ -83,10 +86,12 @@ def phase_json(ph: PhaseRun) -> dict[str, Any]:
         "servers_started": ph.servers,
         **figures(ph.records, wall),
         "acceptance": _acceptance(ph.spec, ph.counters_available),
+        "acceptance_over_time": acceptance_windows(ph.accept),
         "rss_mb": {
             "samples": [list(s) for s in ph.rss],
             "max": max((mb for _, mb in ph.rss), default=None),
             "slope_mb_per_min": None if slope is None else round(slope, 3),
+            "slope_after_warmup_mb_per_min": None if warm is None else round(warm, 3),
         },
     }
 
@@ -206,6 +211,9 @@ def to_json(
         "arrangement": "one server at a time, on 127.0.0.1: for each client count a "
         "speculative phase then a plain phase, each its own fresh server with one slot per "
         "client"
+        if run.speculative and not run.plan.speculative_only
+        else "one server at a time, on 127.0.0.1: speculative phases only (--speculative-only, "
+        "a soak), one per client count, each a fresh server with one slot per client"
         if run.speculative
         else "one server at a time, on 127.0.0.1: the recipe has no speculation, so plain "
         "phases only, one per client count, each a fresh server with one slot per client",
@@ -281,6 +289,28 @@ def rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
             )
         )
     return out
+
+
+def over_time(report: Mapping[str, Any]) -> list[str]:
+    """Each speculative phase's acceptance over time and each phase's memory slope after
+    warm-up: what a soak is judged by."""
+    md = ["", "## Over time", ""]
+    for ph in report["phases"]:
+        name = f"{MODE_NAMES[ph['mode']]} ×{ph['clients']}"
+        warm = ph["rss_mb"].get("slope_after_warmup_mb_per_min")
+        md.append(
+            f"- {name}: RSS slope {ph['rss_mb']['slope_mb_per_min']} MB/min over the phase, "
+            f"{warm} MB/min after its first {WARMUP_SHARE:.0%}"
+        )
+        win = [w for w in ph.get("acceptance_over_time") or () if w["rate"] is not None]
+        if ph["mode"] == "spec" and win:
+            rates = [w["rate"] for w in win]
+            md.append(
+                f"- {name}: acceptance over time ({len(win)} equal spans that drafted): "
+                + ", ".join(f"{r:.1%}" for r in rates)
+                + f" (min {min(rates):.1%}, max {max(rates):.1%})"
+            )
+    return md
 
 
 def fault_lines(report: Mapping[str, Any]) -> list[str]:
@@ -368,6 +398,7 @@ def markdown(report: Mapping[str, Any]) -> str:
         "|" + "---|" * len(HEAD),
         *("| " + " | ".join(r) + " |" for r in rows(report)),
     ]
+    md += over_time(report)
     if report["faults"]["asked"]:
         md += ["", "## Faults", "", *(f"- {line}" for line in fault_lines(report))]
     md += ["", "Commands:", ""]
@@ -376,7 +407,8 @@ def markdown(report: Mapping[str, Any]) -> str:
 
 
 def plot(report: Mapping[str, Any], path: Path) -> bool:
-    """The server's RSS over the run (one line per phase) and TTFT/ITL p50/p95/p99 by mode."""
+    """The server's RSS over the run (one line per phase), TTFT/ITL p50/p95/p99 by mode and,
+    where a speculative phase drafted, its acceptance over time."""
     try:
         import matplotlib
     except ImportError:
@@ -384,7 +416,26 @@ def plot(report: Mapping[str, Any], path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.5))
+    spans = [
+        (ph, [w for w in ph.get("acceptance_over_time") or () if w["rate"] is not None])
+        for ph in report["phases"]
+        if ph["mode"] == "spec"
+    ]
+    spans = [(ph, w) for ph, w in spans if w]
+    fig, axes = plt.subplots(1, 3 if spans else 2, figsize=(16 if spans else 11, 4.5))
+    a, b = axes[0], axes[1]
+    for ph, win in spans:
+        axes[2].plot(
+            [(w["from_s"] + w["to_s"]) / 2 for w in win],
+            [w["rate"] for w in win],
+            marker="o",
+            label=f"speculative ×{ph['clients']}",
+        )
+    if spans:
+        axes[2].set_ylim(0, 1.05)
+        axes[2].set_xlabel("seconds into the run")
+        axes[2].set_ylabel("acceptance (accepted ÷ drafted)")
+        axes[2].legend(fontsize=8)
     for ph in report["phases"]:
         s = ph["rss_mb"]["samples"]
         xs: list[float] = []
