@@ -11,11 +11,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 class LineProgress:
     """The part of rich's Progress llamaspec uses, as lines: one when the description
-    changes, and one per tenth of the total."""
+    changes, one per tenth of the total, and one a minute while steps go on (a run bounded
+    by time may never reach its next tenth)."""
+
+    HEARTBEAT = 60.0  # seconds: the longest a log goes without a line while steps advance
 
     def __init__(self, console: Console) -> None:
         self.console, self.t0 = console, time.monotonic()
         self.description, self.completed, self.total, self.decile = "", 0.0, None, -1
+        self.said = self.t0
 
     def __enter__(self) -> LineProgress:
         return self
@@ -49,13 +53,15 @@ class LineProgress:
         self._tick()
 
     def _tick(self) -> None:
-        if self.total and int(self.completed * 10 // self.total) != self.decile:
+        tenth = self.total and int(self.completed * 10 // self.total) != self.decile
+        if tenth or time.monotonic() - self.said >= self.HEARTBEAT:
             self._say()
 
     def _say(self) -> None:
         if self.total:
             self.decile = int(self.completed * 10 // self.total)
         done = f"{self.completed:.0f}/{self.total:.0f} steps, " if self.total else ""
+        self.said = time.monotonic()
         self.console.print(f"{self.description}: {done}{time.monotonic() - self.t0:.0f}s")
 
 

@@ -546,7 +546,7 @@ def execute(
         console.print(f"load: recipe {run.recipe} has no speculation: plain phases only")
     elif plan.speculative_only:
         modes = ("spec",)
-        console.print("load: --speculative-only: no plain phases (a soak of the speculative one)")
+        console.print("load: --speculative-only: speculative phases only, no plain ones (a soak)")
     todo = [(c, m) for c in plan.clients for m in modes]
     spent = 0.0
     with bar(console) as pb:
