@@ -15,6 +15,8 @@ from llamaspec.cli import reference
 KINDS = {
     "bench": "Benchmarks",
     "tune": "Tuning",
+    "limit": "Speculation ceiling (limit)",
+    "load": "Load tests and soaks",
     "verify": "Equivalence (verify)",
     "gpu": "GPU acceptance",
     "build": "Build time",
