@@ -27,7 +27,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "load": (
         "llamaspec load gemma3-270m-q4-draft --artifact llamacpp-cpu --clients 1,8 --duration 120",
         "llamaspec load gemma3-270m-q4-draft --clients 8 --fault kill@30 --fault stall",
-        "llamaspec load gemma3-270m-ngram-tuned --clients 4 --duration 1800 --requests 100000 "
+        "llamaspec load gemma3-270m-ngram --clients 4 --duration 1800 --requests 9999 "
         "--speculative-only",
     ),
     "bench-build": ("llamaspec bench-build --artifact llamacpp-cpu",),
