@@ -154,10 +154,13 @@ class Holder:
                 "accepted": counters.accepted,
             }
 
+    def totals(self) -> dict[str, float]:
+        """The counters over every server of the phase: banked ones plus the live one's."""
+        return {k: self.done[k] + self.last[k] for k in self.done}
+
     def bank(self) -> None:
         self.read_counters()
-        for k in self.done:
-            self.done[k] += self.last[k]
+        self.done = self.totals()
         self.last = dict.fromkeys(self.done, 0.0)
 
     def rss_mb(self) -> float | None:
@@ -401,14 +404,8 @@ class PhaseDriver:
                 self.ph.rss.append((round(self.run.clock(), 2), round(mb, 2)))
             self.holder.read_counters()
             if self.holder.available:
-                h = self.holder
-                self.ph.accept.append(
-                    (
-                        round(self.run.clock(), 2),
-                        h.done["drafted"] + h.last["drafted"],
-                        h.done["accepted"] + h.last["accepted"],
-                    )
-                )
+                now = self.holder.totals()
+                self.ph.accept.append((round(self.run.clock(), 2), now["drafted"], now["accepted"]))
 
     def killer(self, kill_at: float, load_before: float, say: Callable[[str], None]) -> None:
         """SIGKILL the server when the load clock reaches `kill_at`, then restart it."""
