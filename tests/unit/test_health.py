@@ -67,6 +67,25 @@ def test_exactness_lost_is_flagged_and_exactness_gained_is_not() -> None:
     assert "draft no longer exact" in hr.regressions(rows)[0].describe()
 
 
+def test_a_method_whose_server_crashed_is_shown_apart_and_counts_as_not_exact(
+    tmp_path: Path,
+) -> None:
+    crashed = {"ngram-map-k": "llama-server died (exit -6)."}
+    later = row(
+        2,
+        types=("draft", "ngram-map-k"),
+        exact={"draft": True, "ngram-map-k": False},
+        crashed=crashed,
+    )
+    rows = [row(1, exact={"draft": True, "ngram-map-k": True}), later]
+    assert metrics(rows) == [("2", "1", "exact ngram-map-k")]
+    assert hr._exact_cell(later) == "exact: draft; crashed: ngram-map-k"
+    md = hr.markdown(HealthReport(rows=tuple(rows), complete=True))
+    assert "strict ngram-map-k: llama-server died (exit -6)." in md
+    hr.write(HealthReport(rows=(later,), complete=True), tmp_path)
+    assert hr.read(tmp_path / "health.json").rows == (later,)
+
+
 def test_only_consecutive_builds_of_the_same_engine_are_compared() -> None:
     rows = [
         row(1, speedups={"copy": 2.0}),
@@ -328,3 +347,53 @@ def test_an_unreliable_bench_is_marked_and_compared_with_nothing() -> None:
     assert hr.regressions(rows) == []
     assert hr.regressions([rows[0], hr.Row(pin=b, speedups={"copy": 0.89})])  # reliable: flagged
     assert hr._speed_cell(rows[1], "copy") == "0.89× (unreliable)"
+
+
+def _git(cwd: Path, *args: str) -> str:
+    import subprocess
+
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd), "PATH": "/usr/bin:/bin"}  # fmt: skip
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_defect_whose_fix_is_an_ancestor_is_fixed_in_base_and_before_it_is_not(
+    tmp_path: Path,
+) -> None:
+    """A real git history: before, the fixing commit, after; the defect is catalogued at
+    `before` (present), and `fix_commit` decides at the two later pins."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    shas = []
+    for name in ("before", "fix", "after"):
+        (repo / name).write_text(name)
+        _git(repo, "add", name)
+        _git(repo, "commit", "-q", "-m", name)
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+    before, fix, after = shas
+    root = tmp_path / "root"
+    (root / "patches").mkdir(parents=True)
+    (root / "patches" / "series.yaml").write_text(
+        "defects:\n"
+        "  - id: par\n    engine: ik_llama.cpp\n"
+        f"    pins: [{before}]\n    symptom: parallel-divergence\n    summary: s\n"
+        f'    fixed_by: "ik #1 in words"\n    fix_commit: {fix}\n'
+    )
+    at = {sha: health.defect_status("ik_llama.cpp", sha, [], root, mirror=repo) for sha in shas}
+    assert at[before] == {"par": "present (catalogued at this pin)"}
+    assert at[fix]["par"].startswith("fixed in base (ik #1 in words (")
+    assert at[after]["par"].startswith("fixed in base")
+    # a side branch from `before` that lacks the fix
+    _git(repo, "checkout", "-q", "-b", "side", before)
+    (repo / "side").write_text("side")
+    _git(repo, "add", "side")
+    _git(repo, "commit", "-q", "-m", "side")
+    side = _git(repo, "rev-parse", "HEAD")
+    got = health.defect_status("ik_llama.cpp", side, [], root, mirror=repo)["par"]
+    assert got.startswith("not fixed (ik #1 in words") and "is not an ancestor" in got
+    # without history nothing is claimed
+    got = health.defect_status("ik_llama.cpp", after, [], root)["par"]
+    assert got.startswith("not tested")

@@ -39,6 +39,7 @@ class Strict:
     types: tuple[str, ...]
     exact: Mapping[str, bool]
     defects: Mapping[str, str] = field(default_factory=dict)  # defect id → status
+    crashed: Mapping[str, str] = field(default_factory=dict)  # method → why its run failed
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,18 @@ def judge(pin: HealthPin, steps: Steps, say: Say) -> Row:
             say(f"health: {pin.short} {name} failed: {failures[name]}")
             continue
         if name == "strict":
-            row = replace(row, types=tuple(got.types), exact=dict(got.exact), defects=got.defects)
-            bad = [m for m, e in got.exact.items() if not e]
+            row = replace(
+                row,
+                types=tuple(got.types),
+                exact=dict(got.exact),
+                defects=got.defects,
+                crashed=dict(got.crashed),
+            )
+            bad = [m for m, e in got.exact.items() if not e and m not in got.crashed]
             say(
                 f"health: {pin.short} strict: "
                 + (f"NOT exact: {', '.join(bad)}" if bad else "exact")
+                + (f"; crashed: {', '.join(got.crashed)}" if got.crashed else "")
             )
         elif name == "bench":
             row = replace(
@@ -298,10 +306,14 @@ def steps_for(
 
     return Steps(
         build=build,
-        strict=lambda a: strict_tier(a, logs, console, root),
+        strict=lambda a: strict_tier(
+            a, logs, console, root, (mirrors or {}).get(str(a.manifest.get("engine")))
+        ),
         bench=(lambda a: first_exposure(a, recipe, repetitions, logs, console)) if bench else None,
         sweep=(lambda a: limit_sweep(a, console)) if sweep else None,
-        defects=lambda pin: defect_status(pin.engine, pin.pin, None, root),
+        defects=lambda pin: defect_status(
+            pin.engine, pin.pin, None, root, mirror=(mirrors or {}).get(pin.engine)
+        ),
     )
 
 
@@ -350,9 +362,17 @@ def offered_types(dialect: str, help_text: str) -> tuple[str, ...]:
     return tuple(t for t in EMBEDDED_TYPES if offered(dialect, help_text, t) is None)
 
 
-def strict_tier(artifact: Artifact, logs: Path, console: Console, root: Path | None) -> Strict:
+def strict_tier(
+    artifact: Artifact,
+    logs: Path,
+    console: Console,
+    root: Path | None,
+    mirror: Path | None = None,
+) -> Strict:
     """verify's strict tier on the embedded model's F32 copy, every draft and n-gram method
-    the build offers; a method is exact when every case is token-identical."""
+    the build offers; a method is exact when every case is token-identical. A method whose
+    server fails is judged alone and recorded as crashed; `mirror` (a clone with history)
+    lets the defects' fixes be found among the build's ancestors."""
     from llamaspec.models.dialects import dialect_for
     from llamaspec.models.server_help import server_help
     from llamaspec.proof import suite
@@ -362,17 +382,35 @@ def strict_tier(artifact: Artifact, logs: Path, console: Console, root: Path | N
     types = offered_types(dialect, help_text)
     if not types:
         raise LlamaspecError(f"{artifact.id} offers none of the draft and n-gram spec types")
-    outcome = suite.builtin(artifact, dialect, ["embedded"], ["strict"], None, (), logs, console)
-    exact: dict[str, bool] = {}
-    cases = []
-    for report in outcome.reports:
-        for m in report.methods:
-            if m.skipped is None:
-                exact[m.method] = all(c.kind == "identical" for c in m.cases)
-                cases += list(m.cases)
+
+    def tier(methods: Sequence[str] | None) -> list:
+        outcome = suite.builtin(
+            artifact, dialect, ["embedded"], ["strict"], methods, (), logs, console
+        )
+        return [m for report in outcome.reports for m in report.methods if m.skipped is None]
+
+    crashed: dict[str, str] = {}
+    try:
+        judged = tier(None)
+    except LlamaspecError as exc:
+        # one method's crash (a server that aborts) must not hide the others: judge each
+        # method on its own, and record the one that fails with its reason
+        console.print(f"health: strict tier failed ({one_line(exc)}); judging each type alone")
+        judged = []
+        for t in types:
+            try:
+                judged += tier([t])
+            except LlamaspecError as one:
+                crashed[t] = one_line(one)
+                console.print(f"health: strict {t}: {crashed[t]}")
+        if not judged:
+            raise
+    exact = {m.method: all(c.kind == "identical" for c in m.cases) for m in judged}
+    exact.update(dict.fromkeys(crashed, False))
+    cases = [c for m in judged for c in m.cases]
     m = artifact.manifest
-    defects = defect_status(str(m.get("engine")), str(m.get("commit")), cases, root, m)
-    return Strict(types, exact, defects)
+    defects = defect_status(str(m.get("engine")), str(m.get("commit")), cases, root, m, mirror)
+    return Strict(types, exact, defects, crashed)
 
 
 def defect_status(
@@ -381,21 +419,33 @@ def defect_status(
     cases: Sequence | None,
     root: Path | None,
     manifest: Mapping | None = None,
+    mirror: Path | None = None,
 ) -> dict[str, str]:
-    """Each catalogued defect of `engine`: fixed (its patch applied or in base), present
-    (catalogued at this very pin), or at another pin what the strict tier's `cases` showed
-    (a short-output defect shows as short outputs; others need models it does not run)."""
+    """Each catalogued defect of `engine`: fixed (its patch applied or in base, or with
+    `mirror` its fix among the pin's ancestors), present (catalogued at this very pin), or
+    at another pin what the strict tier's `cases` showed (a short-output defect shows as
+    short outputs; others need models it does not run)."""
     from llamaspec import config
 
     status = {p.get("id"): p.get("status") for p in (manifest or {}).get("patches", [])}
+    fixes = _fix_commits(root)
     out: dict[str, str] = {}
     for d in config.load_defects(root):
         if d.engine != engine:
             continue
+        fix = fixes.get(d.id)
+        in_base = _ancestors(mirror, fix[1], commit) if fix and mirror else None
         if status.get(d.fixed_by) in ("applied", "in-base"):
             out[d.id] = f"fixed ({d.fixed_by} {status[d.fixed_by]})"
         elif commit in d.pins:
             out[d.id] = "present (catalogued at this pin)"
+        elif fix and in_base:
+            out[d.id] = f"fixed in base ({fix[0]} is an ancestor of the pin; not re-run here)"
+        elif fix and in_base is False and d.symptom != "short-output":
+            out[d.id] = (
+                f"not fixed ({fix[0]} is not an ancestor of the pin); the strict tier on the "
+                "embedded model cannot show it"
+            )
         elif cases is None:
             out[d.id] = "unknown (not judged: the build or its strict tier failed)"
         elif d.symptom == "short-output" and d.targets == "all":
@@ -404,6 +454,38 @@ def defect_status(
         else:
             out[d.id] = "not tested (the strict tier on the embedded model cannot show it)"
     return out
+
+
+def _fix_commits(root: Path | None) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Defect id → (a label, the engine commits that fix it): the defect's own `fix_commit`,
+    or the commits of the merged catalog patch named in `fixed_by`."""
+    from llamaspec import config
+
+    merged = {p.id: p for p in config.load_series(root) if p.state == "merged" and p.source.commits}
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for d in config.load_defects(root):
+        if d.fix_commit:
+            label = d.fixed_by or d.fix_commit[:9]
+            out[d.id] = (f"{label} ({d.fix_commit[:9]})", (d.fix_commit,))
+        elif d.fixed_by in merged:
+            p = merged[d.fixed_by]
+            pr = f" #{p.upstream.pr}" if p.upstream and p.upstream.pr else ""
+            out[d.id] = (f"{p.id}{pr}", tuple(p.source.commits))
+    return out
+
+
+def _ancestors(mirror: Path, commits: Sequence[str], pin: str) -> bool | None:
+    """Whether every one of `commits` is an ancestor of `pin` (or the pin itself) in the
+    clone `mirror`; None where git cannot tell (a commit the clone lacks)."""
+    from llamaspec.engine import gitutil
+
+    for c in commits:
+        got = gitutil.git("merge-base", "--is-ancestor", c, pin, cwd=mirror, check=False)
+        if got.returncode not in (0, 1):
+            return None
+        if got.returncode == 1:
+            return False
+    return True
 
 
 def first_exposure(

@@ -61,6 +61,8 @@ class Row:
     failures: Mapping[str, str] = field(default_factory=dict)  # step → one-line reason
     types: tuple[str, ...] = ()  # draft and n-gram spec types the build offers
     exact: Mapping[str, bool] = field(default_factory=dict)  # method → exact on strict tier
+    # method → why its strict run failed (a crashed server); such a method is not exact
+    crashed: Mapping[str, str] = field(default_factory=dict)
     speedups: Mapping[str, float] = field(default_factory=dict)  # workload → first exposure
     bench_na: str = ""  # why the bench did not apply to this build (its spec type lacking)
     bench_unreliable: str = ""  # bench's own verdict: why its speedups cannot be trusted
@@ -204,8 +206,15 @@ def _cell(text: object) -> str:
 def _exact_cell(r: Row) -> str:
     if not r.exact:
         return "-"
-    bad = [m for m, e in r.exact.items() if not e]
-    return "all exact" if not bad else "NOT exact: " + ", ".join(bad)
+    bad = [m for m, e in r.exact.items() if not e and m not in r.crashed]
+    if not bad and not r.crashed:
+        return "all exact"
+    parts = [f"NOT exact: {', '.join(bad)}"] if bad else []
+    if r.crashed:
+        good = [m for m, e in r.exact.items() if e]
+        parts = ([f"exact: {', '.join(good)}"] if good else []) + parts
+        parts.append(f"crashed: {', '.join(r.crashed)}")
+    return "; ".join(parts)
 
 
 def _speed_cell(r: Row, w: str) -> str:
@@ -311,6 +320,7 @@ def markdown(report: HealthReport) -> str:
     notes = []
     for r in report.rows:
         lines = [f"{step}: {r.failures[step]}" for step in STEPS if step in r.failures]
+        lines += [f"strict {m}: {why}" for m, why in r.crashed.items()]
         if r.bench_na:
             lines.append(f"bench: n/a: {r.bench_na}")
         if r.bench_unreliable:
