@@ -50,7 +50,9 @@ def test_the_catalog_has_the_f32_target_its_q4_draft_and_a_recipe() -> None:
     assert models.pairs["gemma3-270m-self"].plumbing  # the self-draft: a warning, not refused
     recipe = config.load_recipes(ROOT, models)["gemma3-270m-q4-draft"]
     assert recipe.pair == "gemma3-270m-f32-q4draft" and recipe.spec.types == ("draft",)
-    assert recipe.measured is None  # starting settings: `tune` writes the measured winner
+    # tune's best draft setting, with the report that measured it
+    assert recipe.spec.draft_p_min == 0.0 and recipe.measured is not None
+    assert (ROOT / recipe.measured.report).is_file()
     # the strict tier's reference copy and the derived model are one file
     source = Path("gemma-3-270m-q4_k_m.gguf")
     assert derived.copy_path(source, EMBEDDED_SHA) == derived.copies_dir() / f32.file
@@ -62,12 +64,12 @@ def test_the_recipe_renders_for_both_engines() -> None:
     assert up.shell() == (
         "llama-server -m t.gguf --host 127.0.0.1 --port 8080 -c 4096 -np 1 --no-jinja "
         "--chat-template deepseek --spec-type draft-simple --spec-draft-model d.gguf "
-        "--spec-draft-n-max 8 --spec-draft-n-min 0 --spec-draft-p-min 0.5"
+        "--spec-draft-n-max 8 --spec-draft-n-min 0 --spec-draft-p-min 0.0"
     )
     ik = recipes.render(recipe, "ik_llama.cpp", "ik-legacy", "t.gguf", "d.gguf")
     assert ik.shell().endswith(
         "-c 4096 -np 1 --chat-template deepseek -md d.gguf --draft-max 8 --draft-min 0 "
-        "--draft-p-min 0.5"
+        "--draft-p-min 0.0"
     )
     ik_new = recipes.render(recipe, "ik_llama.cpp", "ik-spec-type", "t.gguf", "d.gguf")
     assert "-md" in ik_new.argv and "d.gguf" in ik_new.argv

@@ -98,6 +98,9 @@ class Defect(Frozen):
     summary: str
     upstream_issue: Upstream | None = None
     fixed_by: str = ""  # a catalog patch id, or an upstream PR/commit when not in the catalog
+    # the engine's own commit that fixes it, where one is known and no catalog patch carries
+    # it: a build with this commit among its ancestors has the fix in base
+    fix_commit: FullSha | None = None
     reproduced: str = ""  # where and how this project saw it
     # short-output only, and required there: the least fraction of the plain output (in
     # tokens, or characters where only text is compared) that a cut-short output keeps. A
