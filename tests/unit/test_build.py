@@ -221,3 +221,23 @@ def test_a_users_own_checkout_is_not_written_into(
     assert got == tmp_path / "cache" / "build" / "llamacpp-cpu-9" and not got.is_symlink()
     assert not (checkout / build.BUILD_SUBDIR).exists()
     assert build.ccache_env(checkout) == {}
+
+
+def test_only_shared_libraries_are_taken_from_the_build_tree(tmp_path: Path) -> None:
+    """A mid-2026 upstream build runs npm for its web UI: node_modules holds a directory
+    named `lodash.sortby`, which `*.so*` matched and the install step failed on."""
+    from llamaspec.engine.build import shared_libs
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "libllama.so").write_bytes(b"\x7fELF")
+    (tmp_path / "bin" / "libggml.so.0.9").write_bytes(b"\x7fELF")
+    (tmp_path / "bin" / "libggml.so").symlink_to("libggml.so.0.9")
+    ui = tmp_path / "tools" / "ui" / "ui-src" / "node_modules"
+    (ui / "lodash.sortby").mkdir(parents=True)
+    (ui / "libthing.so").mkdir()  # a directory with a library's name
+    (ui / "x" / "libjs.so").parent.mkdir()
+    (ui / "x" / "libjs.so").write_text("")  # under node_modules: not the build's
+    (tmp_path / "CMakeFiles" / "libtmp.so").parent.mkdir()
+    (tmp_path / "CMakeFiles" / "libtmp.so").write_bytes(b"")
+    (tmp_path / "bin" / "libnot.so.txt").write_text("")
+    assert sorted(shared_libs(tmp_path)) == ["libggml.so", "libggml.so.0.9", "libllama.so"]

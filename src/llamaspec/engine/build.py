@@ -490,6 +490,23 @@ def first_error(log: str) -> str:
     return "\n".join(lines[-15:])
 
 
+_SHARED_LIB = re.compile(r"lib[^/]*\.so(\.[0-9]+)*")
+
+
+def shared_libs(build_dir: Path) -> dict[str, Path]:
+    """The shared libraries a build made, by name: they land in bin/ (llama.cpp) or next to
+    their targets (ik_llama.cpp). Only lib*.so and its versioned names, files or links to
+    them: a web UI's node_modules (npm, in builds from mid-2026) holds directories such as
+    `lodash.sortby` that a plain `*.so*` would take."""
+    libs: dict[str, Path] = {}
+    for lib in sorted(build_dir.rglob("lib*.so*")):
+        skip = {"CMakeFiles", "node_modules"} & set(lib.relative_to(build_dir).parts)
+        if skip or lib.name in libs or not _SHARED_LIB.fullmatch(lib.name) or lib.is_dir():
+            continue
+        libs[lib.name] = lib
+    return libs
+
+
 def install(
     build_dir: Path,
     engine: Engine,
@@ -520,12 +537,7 @@ def install(
     extra_bins = [b for b in RPC_SERVER_NAMES if (bin_dir / b).is_file()]
     for name in extra_bins:
         shutil.copy2(bin_dir / name, tmp / "bin" / name)
-    # Shared libraries land in bin/ (llama.cpp) or next to their targets (ik_llama.cpp).
-    libs = {}
-    for lib in sorted(build_dir.rglob("*.so*")):
-        if "CMakeFiles" not in lib.parts and lib.name not in libs:
-            libs[lib.name] = lib
-    for name, lib in libs.items():
+    for name, lib in shared_libs(build_dir).items():
         dest = tmp / "lib" / name
         if lib.is_symlink():
             dest.symlink_to(os.readlink(lib))
