@@ -490,20 +490,14 @@ def first_error(log: str) -> str:
     return "\n".join(lines[-15:])
 
 
-_SHARED_LIB = re.compile(r"lib[^/]*\.so(\.[0-9]+)*")
-
-
 def shared_libs(build_dir: Path) -> dict[str, Path]:
-    """The shared libraries a build made, by name: they land in bin/ (llama.cpp) or next to
-    their targets (ik_llama.cpp). Only lib*.so and its versioned names, files or links to
-    them: a web UI's node_modules (npm, in builds from mid-2026) holds directories such as
-    `lodash.sortby` that a plain `*.so*` would take."""
+    """The shared libraries a build made, in bin/ (llama.cpp) or beside their targets (ik):
+    lib*.so[.N] files or links, none under node_modules (mid-2026 builds run npm)."""
     libs: dict[str, Path] = {}
     for lib in sorted(build_dir.rglob("lib*.so*")):
         skip = {"CMakeFiles", "node_modules"} & set(lib.relative_to(build_dir).parts)
-        if skip or lib.name in libs or not _SHARED_LIB.fullmatch(lib.name) or lib.is_dir():
-            continue
-        libs[lib.name] = lib
+        if not skip and re.fullmatch(r"lib.*\.so(\.[0-9]+)*", lib.name) and not lib.is_dir():
+            libs.setdefault(lib.name, lib)
     return libs
 
 
