@@ -76,6 +76,13 @@ def tree_hash(path: Path) -> str:
     return git("rev-parse", "HEAD^{tree}", cwd=path).stdout.strip()
 
 
+def is_ancestor(repo: Path, older: str, newer: str) -> bool | None:
+    """Whether `older` is an ancestor of `newer` (or the same commit) in `repo`; None where
+    git cannot tell (a commit the clone lacks)."""
+    rc = git("merge-base", "--is-ancestor", older, newer, cwd=repo, check=False).returncode
+    return {0: True, 1: False}.get(rc)
+
+
 def is_repo_root(path: Path) -> bool:
     proc = git("rev-parse", "--show-toplevel", cwd=path, check=False)
     return proc.returncode == 0 and Path(proc.stdout.strip()).resolve() == path.resolve()

@@ -165,13 +165,13 @@ def in_base_by_record(entry: PatchEntry, source: SourceTree, engine: Engine) -> 
             return f"first in b{landed.release}; the pin is b{engine.build_number}"
         if landed.date and not landed.release and engine.pin_date >= landed.date:
             return f"merged {landed.date}; the pin is of {engine.pin_date}"
-    if source.has_history and entry.source.commits:
-        anc = [
-            gitutil.git("merge-base", "--is-ancestor", c, "HEAD", cwd=source.path, check=False)
-            for c in entry.source.commits
-        ]
-        if all(a.returncode == 0 for a in anc):
-            return "its commits are ancestors of the pin"
+    commits = entry.source.commits
+    if (
+        source.has_history
+        and commits
+        and all(gitutil.is_ancestor(source.path, c, "HEAD") for c in commits)
+    ):
+        return "its commits are ancestors of the pin"
     return None
 
 

@@ -99,8 +99,7 @@ def _shallow(repo: Path) -> bool:
 
 
 def _ancestor(repo: Path, older: str, newer: str) -> bool:
-    proc = gitutil.git("merge-base", "--is-ancestor", older, newer, cwd=repo, check=False)
-    return proc.returncode == 0
+    return gitutil.is_ancestor(repo, older, newer) is True
 
 
 def _release_tags(pairs: Sequence[tuple[str, str]]) -> dict[str, int]:

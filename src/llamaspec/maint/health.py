@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from llamaspec.config import Engine
+    from llamaspec.config.patches import Defect
     from llamaspec.engine.artifact import Artifact
 
 Say = Callable[[str], None]
@@ -428,50 +429,43 @@ def defect_status(
     from llamaspec import config
 
     status = {p.get("id"): p.get("status") for p in (manifest or {}).get("patches", [])}
-    fixes = _fix_commits(root)
-    out: dict[str, str] = {}
-    for d in config.load_defects(root):
-        if d.engine != engine:
-            continue
-        fix = fixes.get(d.id)
-        in_base = _ancestors(mirror, fix[1], commit) if fix and mirror else None
+    merged = {p.id: p for p in config.load_series(root) if p.state == "merged" and p.source.commits}
+
+    def verdict(d: Defect) -> str:
         if status.get(d.fixed_by) in ("applied", "in-base"):
-            out[d.id] = f"fixed ({d.fixed_by} {status[d.fixed_by]})"
-        elif commit in d.pins:
-            out[d.id] = "present (catalogued at this pin)"
-        elif fix and in_base:
-            out[d.id] = f"fixed in base ({fix[0]} is an ancestor of the pin; not re-run here)"
-        elif fix and in_base is False and d.symptom != "short-output":
-            out[d.id] = (
+            return f"fixed ({d.fixed_by} {status[d.fixed_by]})"
+        if commit in d.pins:
+            return "present (catalogued at this pin)"
+        fix = _fix_of(d, merged)
+        in_base = _ancestors(mirror, fix[1], commit) if fix and mirror else None
+        if fix and in_base:
+            return f"fixed in base ({fix[0]} is an ancestor of the pin; not re-run here)"
+        if fix and in_base is False and d.symptom != "short-output":
+            return (
                 f"not fixed ({fix[0]} is not an ancestor of the pin); the strict tier on the "
                 "embedded model cannot show it"
             )
-        elif cases is None:
-            out[d.id] = "unknown (not judged: the build or its strict tier failed)"
-        elif d.symptom == "short-output" and d.targets == "all":
+        if cases is None:
+            return "unknown (not judged: the build or its strict tier failed)"
+        if d.symptom == "short-output" and d.targets == "all":
             n = sum(1 for c in cases if c.kind == "short" or getattr(c, "defect", None) == d.id)
-            out[d.id] = f"present ({n} short output(s))" if n else "not seen"
-        else:
-            out[d.id] = "not tested (the strict tier on the embedded model cannot show it)"
-    return out
+            return f"present ({n} short output(s))" if n else "not seen"
+        return "not tested (the strict tier on the embedded model cannot show it)"
+
+    return {d.id: verdict(d) for d in config.load_defects(root) if d.engine == engine}
 
 
-def _fix_commits(root: Path | None) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Defect id → (a label, the engine commits that fix it): the defect's own `fix_commit`,
-    or the commits of the merged catalog patch named in `fixed_by`."""
-    from llamaspec import config
-
-    merged = {p.id: p for p in config.load_series(root) if p.state == "merged" and p.source.commits}
-    out: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for d in config.load_defects(root):
-        if d.fix_commit:
-            label = d.fixed_by or d.fix_commit[:9]
-            out[d.id] = (f"{label} ({d.fix_commit[:9]})", (d.fix_commit,))
-        elif d.fixed_by in merged:
-            p = merged[d.fixed_by]
-            pr = f" #{p.upstream.pr}" if p.upstream and p.upstream.pr else ""
-            out[d.id] = (f"{p.id}{pr}", tuple(p.source.commits))
-    return out
+def _fix_of(d: Defect, merged: Mapping) -> tuple[str, tuple[str, ...]] | None:
+    """(a label, the engine commits that fix defect `d`): its own `fix_commit`, or the
+    commits of the merged catalog patch named in `fixed_by`; None where neither is known."""
+    if d.fix_commit:
+        label = d.fixed_by or d.fix_commit[:9]
+        return f"{label} ({d.fix_commit[:9]})", (d.fix_commit,)
+    p = merged.get(d.fixed_by)
+    if p is None:
+        return None
+    pr = f" #{p.upstream.pr}" if p.upstream and p.upstream.pr else ""
+    return f"{p.id}{pr}", tuple(p.source.commits)
 
 
 def _ancestors(mirror: Path, commits: Sequence[str], pin: str) -> bool | None:
@@ -480,11 +474,9 @@ def _ancestors(mirror: Path, commits: Sequence[str], pin: str) -> bool | None:
     from llamaspec.engine import gitutil
 
     for c in commits:
-        got = gitutil.git("merge-base", "--is-ancestor", c, pin, cwd=mirror, check=False)
-        if got.returncode not in (0, 1):
-            return None
-        if got.returncode == 1:
-            return False
+        got = gitutil.is_ancestor(mirror, c, pin)
+        if got is not True:
+            return got
     return True
 
 
