@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,25 @@ def test_a_recipes_speedup_over_the_ceiling_at_its_acceptance_and_draft_cost() -
     [far, _] = limit.recipe_ceilings("bench-r.json", _bench(), line)
     assert far.extrapolated
     assert far.ceiling == pytest.approx(3.0 / (1 + 4 * ((2.0 + 4.0) / 40.0 + 0.1)), abs=1e-3)
+
+
+def test_a_speedup_its_bench_report_distrusts_is_marked_against_the_ceiling() -> None:
+    fit = limit.Fit(0.2, None, None, 10.0, 8)
+    loaded = {
+        **_bench(),
+        "reliability": {
+            "reliable": False,
+            "reasons": ["machine loaded"],
+            "flagged": [{"workload": "copy", "concurrency": 1}],
+        },
+    }
+    [copy, _qa] = limit.recipe_ceilings("b.json", loaded, fit)
+    assert copy.unreliable and copy.ratio is not None
+    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(), fit)  # no verdict: trusted
+    assert not copy.unreliable
+    report = replace(_report(), recipes=tuple(limit.recipe_ceilings("b.json", loaded, fit)))
+    md = limit_report.markdown(report.to_json())
+    assert "unreliable bench |" in md
 
 
 def test_a_bench_report_without_a_field_says_which() -> None:

@@ -143,6 +143,12 @@ def _flagged(report: Mapping[str, Any], key: str = "flagged") -> set[tuple[str, 
     return {(f["workload"], f["concurrency"]) for f in verdict(report).get(key, ())}
 
 
+def unreliable_cells(report: Mapping[str, Any]) -> set[tuple[str, int]]:
+    """The (workload, clients) cells whose first-exposure speedup the verdict does not trust
+    (none where the run is reliable)."""
+    return set() if verdict(report).get("reliable", True) else _flagged(report)
+
+
 def _speedup(value: float | None, per_rep: list[float], unreliable: bool) -> str:
     """A speedup with its repetitions' min–max (where the report has the samples), marked
     where the run or the cell cannot be trusted."""

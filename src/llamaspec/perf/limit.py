@@ -48,7 +48,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.models.server_help import help_flags
 from llamaspec.perf import bench
-from llamaspec.perf.bench_report import Sample
+from llamaspec.perf.bench_report import Sample, unreliable_cells
 from llamaspec.perf.workloads import WORKLOADS, Workload
 from llamaspec.progress import bar
 from llamaspec.runtime.client import running, server_help
@@ -284,6 +284,7 @@ class RecipeCeiling:
     ratio: float | None
     note: str = ""  # why a figure is missing
     extrapolated: bool = False  # γ beyond the sweep's longest draft
+    unreliable: bool = False  # the bench report's own verdict does not trust this speedup
 
 
 @dataclass(frozen=True)
@@ -438,6 +439,7 @@ def recipe_ceilings(name: str, report: Mapping[str, Any], fit: Fit) -> list[Reci
     cost_model = report.get("cost_model")
     draft_cost = cost_model.get("draft_cost_ratio") if isinstance(cost_model, Mapping) else None
     out = []
+    distrusted = unreliable_cells(report)
     cells = report.get("workloads")
     if not isinstance(cells, list) or not cells:
         return [
@@ -481,6 +483,7 @@ def recipe_ceilings(name: str, report: Mapping[str, Any], fit: Fit) -> list[Reci
                 round(ceiling, 4),
                 round(float(speedup) / ceiling, 4) if ceiling > 0 else None,
                 extrapolated=gamma > fit.longest,
+                unreliable=(workload, 1) in distrusted,
             )
         )
     return out

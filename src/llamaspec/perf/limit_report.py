@@ -83,7 +83,7 @@ def recipe_rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
                 _x(r["length"], ".1f") + (" (extrapolated)" if r.get("extrapolated") else ""),
                 _x(r["draft_cost"], ".3f"),
                 _x(r["ceiling"], unit="×"),
-                _x(r["ratio"]),
+                _x(r["ratio"]) + (" unreliable bench" if r.get("unreliable") else ""),
             )
         )
     return out
@@ -120,7 +120,9 @@ def markdown(report: Mapping[str, Any]) -> str:
             "",
             "Each bench report's one-client workloads: measured speedup ÷ S(α, γ, c + the "
             "draft's cost), at the workload's own acceptance and mean draft length, with c "
-            "the fit above at that γ (extrapolated beyond the longest draft swept).",
+            "the fit above at that γ (extrapolated beyond the longest draft swept). A ratio "
+            "marked *unreliable bench* comes from a speedup its own bench report does not "
+            "trust (its verdict names why): shown, not a headline.",
             "",
             "| " + " | ".join(RECIPE_HEAD) + " |",
             "|" + "---|" * len(RECIPE_HEAD),
