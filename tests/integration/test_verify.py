@@ -153,6 +153,10 @@ def test_bench_writes_json_markdown_and_png(upstream_artifact, tmp_path) -> None
     by = {w["workload"]: w["summary"] for w in report["workloads"]}
     assert set(by) == {"copy", "qa"}
     assert by["copy"]["accepted"] > 0 and by["copy"]["spec_tps_median"] > 0
+    # every token the server counted reached the client (an engine that cuts outputs short
+    # would make its tok/s count tokens nobody received, and the verdict would say so)
+    samples = [s for w in report["workloads"] for k in ("plain", "spec", "warm") for s in w[k]]
+    assert samples and all(s["returned"] == s["tokens"] for s in samples)
     # first exposure is the headline; ngram-mod keeps its pool, so a warm figure beside it
     assert report["keeps_state"] == ["ngram-mod"] and "restarted" in report["exposure"]
     assert by["copy"]["warm_spec_tps_median"] > 0 and by["copy"]["warm_speedup"] > 0

@@ -162,6 +162,29 @@ def test_each_check_alone_makes_a_run_unreliable() -> None:
     assert one.reliability["flagged"] == [{"workload": "code-edit", "concurrency": 1}]
 
 
+def test_a_server_that_counts_tokens_it_never_returned_is_not_trusted() -> None:
+    """f49e917 (measured: 96 counted, 81 returned on verify's rewrite prompt) and ik's
+    short-output defect count the whole budget for outputs that end early."""
+    report = _report(QUIET_PLAIN, QUIET_SPEC, _cost_model(), QUIET_LOAD).to_json()
+    assert reliability.judge(report).reliable  # returned unknown: a report from before
+    (cell,) = report["workloads"]
+    cell["plain"] = [{**x, "returned": 128} for x in cell["plain"]]
+    cell["spec"] = [{**x, "returned": 126} for x in cell["spec"]]  # within the floor
+    assert reliability.judge(report).reliable
+    cell["spec"][1]["returned"] = 81
+    v = reliability.judge(report)
+    assert not v.reliable and v.flagged == (("code-edit", 1),)
+    assert v.reasons == (
+        "code-edit (1 client): the speculative server counted 384 tokens but returned 333 "
+        "(outputs cut short, an engine defect): its tok/s counts tokens no client received "
+        "(floor 0.98)",
+    )
+    cell["spec"][1]["returned"] = 128
+    cell["warm"] = [{**x, "returned": 64} for x in cell["spec"]]  # warm: marked, not decisive
+    v = reliability.judge(report)
+    assert v.reliable and "warm speculative server counted" in v.warnings[0]
+
+
 def test_warm_figures_that_disagree_are_marked_but_do_not_decide() -> None:
     report = _report(QUIET_PLAIN, QUIET_SPEC, _cost_model(), QUIET_LOAD, (190.0, 95.0, 200.0))
     v = report.reliability
@@ -180,6 +203,10 @@ def test_the_thresholds_are_named_and_reported() -> None:
         "limit_floor": reliability.LIMIT_FLOOR,
         "batch_floor": reliability.BATCH_FLOOR,
         "load_slack": reliability.LOAD_SLACK,
+    }
+    assert reliability.BENCH_THRESHOLDS == {
+        **reliability.THRESHOLDS,
+        "returned_floor": reliability.RETURNED_FLOOR,
     }
     report = _report(QUIET_PLAIN, QUIET_SPEC, _cost_model(), QUIET_LOAD)
     assert report.reliability["thresholds"]["spread_max"] == 1.5

@@ -167,12 +167,24 @@ def request(prompt: str, n_predict: int) -> dict:
         "cache_prompt": False,
         "ignore_eos": True,
         "stream": False,
+        "return_tokens": True,
     }
 
 
-def client(server: Server, w: Workload) -> tuple[int, float, int, int]:
-    """One client through every turn: (tokens, decode ms, drafted, accepted)."""
-    history, tokens, ms, drafted, accepted = "", 0, 0.0, 0, 0
+def returned(server: Server, reply: Mapping[str, Any]) -> int:
+    """Tokens a reply really holds: its token ids, or (a server without `return_tokens`, such
+    as ik_llama.cpp) its text tokenized again, after the timed request."""
+    ids = reply.get("tokens")
+    if isinstance(ids, list) and (ids or not reply.get("content")):
+        return len(ids)
+    text = str(reply.get("content", ""))
+    return len(server.post("/tokenize", {"content": text}).get("tokens", [])) if text else 0
+
+
+def client(server: Server, w: Workload) -> tuple[int, float, int, int, int]:
+    """One client through every turn: (tokens the server counted, decode ms, drafted,
+    accepted, tokens received)."""
+    history, tokens, ms, drafted, accepted, got = "", 0, 0.0, 0, 0, 0
     for turn in range(len(w.turns)):
         prompt = w.prompt(history, turn)
         reply = server.post("/completion", request(prompt, w.n_predict))
@@ -181,8 +193,9 @@ def client(server: Server, w: Workload) -> tuple[int, float, int, int]:
         ms += float(t.get("predicted_ms", 0.0) or 0.0)
         drafted += int(t.get("draft_n", 0) or 0)
         accepted += int(t.get("draft_n_accepted", 0) or 0)
+        got += returned(server, reply)
         history = f"{prompt}{reply.get('content', '')}\n"
-    return tokens, ms, drafted, accepted
+    return tokens, ms, drafted, accepted, got
 
 
 def run(server: Server, w: Workload, concurrency: int) -> Sample:
@@ -197,7 +210,7 @@ def run(server: Server, w: Workload, concurrency: int) -> Sample:
         pool.shutdown(wait=False, cancel_futures=True)
     wall = time.monotonic() - t0
     delta = costmodel.counters(server) - before
-    tps = sum(tok / (ms / 1000) for tok, ms, _, _ in results if ms > 0)
+    tps = sum(r[0] / (r[1] / 1000) for r in results if r[1] > 0)
     drafted = sum(r[2] for r in results)
     accepted = sum(r[3] for r in results)
     if delta.available:
@@ -210,6 +223,7 @@ def run(server: Server, w: Workload, concurrency: int) -> Sample:
         accepted,
         int(delta.drafts),
         tuple(delta.per_pos),
+        sum(r[4] for r in results),
     )
 
 

@@ -34,6 +34,7 @@ class Sample:
     accepted: int = 0
     drafts: int = 0
     per_pos: tuple[float, ...] = ()
+    returned: int | None = None  # tokens the clients received (None: a report from before)
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,23 @@ class BenchReport:
             "concurrency": list(self.concurrency),
             "exposure": self.exposure,
             "keeps_state": list(self.keeps_state),
-            "workloads": [asdict(cell) for cell in self.workloads],
+            "workloads": [_cell_json(cell) for cell in self.workloads],
             "cost_model": None if self.cost_model is None else dict(self.cost_model),
             "wall_seconds": self.wall_seconds,
             "host_load": None if self.host_load is None else dict(self.host_load),
             "reliability": dict(self.reliability),
         }
+
+
+def _cell_json(cell: Cell) -> dict:
+    """A cell as JSON; a sample's `returned` only where it was counted, so that a report
+    from before it reads back byte for byte."""
+    out = asdict(cell)
+    for which in ("plain", "spec", "warm"):
+        for sample in out[which]:
+            if sample["returned"] is None:
+                del sample["returned"]
+    return out
 
 
 HEAD = (

@@ -5,7 +5,7 @@ of a run can make it anything: on a loaded machine one bench reported 18.71× wi
 decoding at 7.2 tok/s (13× below its own estimated limit) and a cost model that timed a
 2-token batch at 0.125 of one token; the same command, repeated, gave 0.63× and 2.88×.
 `judge` reads a bench report's JSON form (`BenchReport.to_json()`, or a report file) and
-checks four things:
+checks five things:
 
 - spread: each repetition runs plain and speculative in turn, so each gives a speedup of
   its own; repetitions of one cell that disagree by more than `SPREAD_MAX` (max ÷ min)
@@ -15,6 +15,8 @@ checks four things:
   limit (`LIMIT_FLOOR`); far below them, something else had the CPU;
 - the cost model's own sanity: a batch of k ≥ 2 tokens cannot cost less than one token
   (`BATCH_FLOOR`);
+- tokens returned: the tokens the clients received against those the server counted
+  (`RETURNED_FLOOR`); an engine that cuts outputs short still counts the whole budget;
 - load: the CPUs busy just before the run (`busy_now`: a 2-second sample, so a step that
   ended a moment ago does not count, as it would in the 1-minute load average) and the
   1-minute load average during and after it, less the server's own threads, against the
@@ -56,6 +58,11 @@ BATCH_FLOOR = 0.8
 # run counts as loaded: one extra runnable process is the background of a desktop, more
 # takes turns on the server's cores.
 LOAD_SLACK = 1.0
+# Tokens the clients received ÷ tokens the server counted (`predicted_n`). They are the same
+# tokens unless the server drops some: an engine whose speculative outputs end early (ik's
+# catalogued short-output defect, upstream f49e917) still counts the whole budget, so its
+# tok/s counts tokens no client got. 2 % is left to text tokenized again (ik returns no ids).
+RETURNED_FLOOR = 0.98
 
 
 def load_now() -> float | None:
@@ -201,6 +208,8 @@ THRESHOLDS = {
     "batch_floor": BATCH_FLOOR,
     "load_slack": LOAD_SLACK,
 }
+# bench's verdict also checks the tokens returned (tune's two passes do not count them)
+BENCH_THRESHOLDS = {**THRESHOLDS, "returned_floor": RETURNED_FLOOR}
 
 
 def per_repetition(plain: Sequence[float], spec: Sequence[float]) -> list[float]:
@@ -237,6 +246,22 @@ def _spread_reason(cell: Mapping[str, Any], which: str) -> str | None:
     return (
         f"{_label(cell)}: {what} {min(values):.2f}×–{max(values):.2f}× across "
         f"{len(values)} repetitions (max ÷ min {s:.1f} > {SPREAD_MAX})"
+    )
+
+
+def _short_reason(cell: Mapping[str, Any], which: str) -> str | None:
+    """The `which` samples' server counted tokens it never returned (None: it did not, or
+    the report is from before bench counted what it received)."""
+    samples = [x for x in cell.get(which, ()) if x.get("returned") is not None]
+    counted = sum(int(x["tokens"]) for x in samples)
+    got = sum(int(x["returned"]) for x in samples)
+    if not counted or got >= RETURNED_FLOOR * counted:
+        return None
+    what = {"plain": "plain", "spec": "speculative", "warm": "warm speculative"}[which]
+    return (
+        f"{_label(cell)}: the {what} server counted {counted} tokens but returned {got} "
+        f"(outputs cut short, an engine defect): its tok/s counts tokens no client received "
+        f"(floor {RETURNED_FLOOR})"
     )
 
 
@@ -321,10 +346,15 @@ def judge(report: Mapping[str, Any]) -> Verdict:
     warnings: list[str] = []
     flagged_warm: list[tuple[str, int]] = []
     for cell in report.get("workloads", ()):
-        if warm := _spread_reason(cell, "warm"):
-            warnings.append(warm)
+        if warm := [w for w in (_spread_reason(cell, "warm"), _short_reason(cell, "warm")) if w]:
+            warnings += warm
             flagged_warm.append((cell["workload"], cell["concurrency"]))
-        mine = [_spread_reason(cell, "spec"), *_plain_reasons(cell, expected_tps, limit_tps)]
+        mine = [
+            _spread_reason(cell, "spec"),
+            *_plain_reasons(cell, expected_tps, limit_tps),
+            _short_reason(cell, "plain"),
+            _short_reason(cell, "spec"),
+        ]
         mine = [m for m in mine if m]
         if mine:
             flagged.append((cell["workload"], cell["concurrency"]))
@@ -347,7 +377,7 @@ def judge(report: Mapping[str, Any]) -> Verdict:
         tuple(reasons),
         tuple(notes),
         tuple(flagged),
-        THRESHOLDS,
+        BENCH_THRESHOLDS,
         tuple(warnings),
         tuple(flagged_warm),
     )
