@@ -14,7 +14,7 @@ import yaml
 
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import compat, dialects, recipes, server_help
+from llamaspec.models import compat, dialects, methods, recipes, server_help
 
 from ggufs import vocab, write_gguf
 from runcli import cli
@@ -518,6 +518,20 @@ def test_spec_type_choices_from_either_engine() -> None:
     with pytest.raises(LlamaspecError, match="does not offer spec type ngram-dflash"):
         recipes.check_against_help(bad, ik, "ik")
     assert server_help.spec_type_choices("-m FNAME  model") is None
+    # ik after its PR #1908 (8337e4c): a SPEC[:k=v,...] usage, the names on a `types:` line
+    # (the bracket there holds the key syntax, not the choices)
+    ik_new = (
+        "  --spec-type SPEC[:k=v,...]      one speculative stage; repeat it to chain two\n"
+        "                                  types: none, draft, mtp, ngram-cache, ngram-mod\n"
+        "                                  keys: n_max,n_min,p_min\n"
+    )
+    assert server_help.spec_type_choices(ik_new) == {
+        "none", "draft", "mtp", "ngram-cache", "ngram-mod"
+    }  # fmt: skip
+    assert methods.offered("ik-spec-type", ik_new, "ngram-cache") is None
+    assert "not in this binary's --spec-type list" in (
+        methods.offered("ik-spec-type", ik_new, "ngram-map-k4v") or ""
+    )
 
 
 def test_help_check_refuses_removed_and_unknown_flags() -> None:

@@ -181,11 +181,8 @@ DIALECTS: Mapping[str, Dialect] = {
             name="ik-spec-type",
             engine="ik_llama.cpp",
             pins="ik_llama.cpp after its PR #1908",
-            type_names={
-                "draft": "draft",
-                "mtp": "mtp",
-                **{t: t for t in ("ngram-simple", "ngram-map-k", "ngram-mod")},
-            },
+            # every n-gram type by its own name (8337e4c of 2026-08-15 lists all five)
+            type_names={"draft": "draft", "mtp": "mtp", **{t: t for t in sorted(NGRAM_TYPES)}},
             flags={
                 "spec_type": "--spec-type",
                 "draft_model": "-md",

@@ -73,15 +73,24 @@ def check_help(argv: Sequence[str], help_text: str, binary: str, fix: str = DIAL
 
 
 _SPEC_LIST = re.compile(r"--spec-type\s+([a-z0-9-]+(?:,[a-z0-9-]+)+)")
-_SPEC_BRACKET = re.compile(r"--spec-type\s+\w+\s*\[([^\]]*)\]")
+_SPEC_BRACKET = re.compile(r"--spec-type\s+\w+\s*\[([^\]]*\|[^\]]*)\]")
+# ik_llama.cpp after its PR #1908: `--spec-type SPEC[:k=v,...]`, the names on a `types:` line
+# of its description
+_SPEC_TYPES_LINE = re.compile(
+    r"--spec-type\s+SPEC\b[^\n]*\n(?:[^\n]*\n){0,3}?\s*types:\s*([a-z0-9-]+(?:,\s*[a-z0-9-]+)+)"
+)
 
 
 def spec_type_choices(help_text: str) -> set[str] | None:
     """The values `--spec-type` lists in a --help (None when not listed): upstream's comma
-    list, or ik_llama.cpp's `[none | ngram - cache | …]` (spaced around its hyphens)."""
+    list, ik_llama.cpp's `[none | ngram - cache | …]` (spaced around its hyphens), or its
+    later `types: none, draft, …` line."""
     m = _SPEC_LIST.search(help_text)
     if m:
         return set(m.group(1).split(","))
+    m = _SPEC_TYPES_LINE.search(help_text)
+    if m:
+        return {v.strip() for v in m.group(1).split(",")}
     m = _SPEC_BRACKET.search(help_text)
     if m:
         return {re.sub(r"\s*-\s*", "-", v.strip()) for v in m.group(1).split("|") if v.strip()}
