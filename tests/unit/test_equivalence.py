@@ -277,3 +277,23 @@ def test_tune_checks_candidates_on_the_reference_copy_where_one_can_be_made(
     path, what = tune.check_model(bad, console)
     assert path == bad and what == "x.gguf itself (no F32 reference copy)"
     assert "checking candidates on x.gguf itself" in console.export_text()
+
+
+def test_a_build_that_refuses_speculation_on_parallel_slots_runs_one_slot_and_says_so() -> None:
+    """ik_llama.cpp 8337e4c refuses a speculative server with -np > 1: the method runs
+    sequentially on one slot of the same context, and the report says parallel was not run."""
+    base = ("-m", "t.gguf", "-c", "16384", "-np", "4", "--no-warmup", "-fa", "off")
+    assert verify._one_slot(base) == (
+        "-m", "t.gguf", "-c", str(verify.SLOT_CTX), "-np", "1", "--no-warmup", "-fa", "off"
+    )  # fmt: skip
+    m = verify_report.MethodResult(
+        "ngram-mod",
+        ("--spec-type", "ngram-mod"),
+        cases=(verify_report.Case("p", "sequential", "identical"),),
+        one_slot=True,
+    )
+    report = verify_report.VerifyReport("id", "embedded", "strict", "m.gguf", (m,))
+    md = verify_report.markdown(report)
+    assert report.passed
+    assert "| ngram-mod | sequential | 1 | 0 | 0 | 0 | 0 | one slot (-np 1) |" in md
+    assert f"| ngram-mod | parallel |  |  |  |  |  |  | {verify_report.ONE_SLOT_NOTE} |" in md

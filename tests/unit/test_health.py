@@ -86,6 +86,16 @@ def test_a_method_whose_server_crashed_is_shown_apart_and_counts_as_not_exact(
     assert hr.read(tmp_path / "health.json").rows == (later,)
 
 
+def test_types_run_on_one_slot_only_are_said_so(tmp_path: Path) -> None:
+    r = row(1, types=("draft", "ngram-mod"), exact={"draft": True, "ngram-mod": True})
+    one = Row(**{**r.__dict__, "one_slot": ("draft", "ngram-mod")})
+    assert hr._exact_cell(one) == "all exact (one slot only)"
+    md = hr.markdown(HealthReport(rows=(one,), complete=True))
+    assert "draft, ngram-mod ran one request at a time on one slot" in md
+    hr.write(HealthReport(rows=(one,), complete=True), tmp_path)
+    assert hr.read(tmp_path / "health.json").rows == (one,)
+
+
 def test_only_consecutive_builds_of_the_same_engine_are_compared() -> None:
     rows = [
         row(1, speedups={"copy": 2.0}),

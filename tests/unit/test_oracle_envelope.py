@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaspec.proof import verify, verify_report
+from llamaspec.proof import envelope, verify, verify_report
 from llamaspec.proof.oracle import Gap
 from llamaspec.runtime.client import Completion, Prompt
 
@@ -51,7 +51,7 @@ def test_the_envelope_is_the_largest_gap_of_each_prompt_in_each_mode() -> None:
         "sequential": 0.2, "parallel slots": 0.05, "micro-batch 4": 0.3,
         "own flags, parallel slots": 0.4,
     }  # fmt: skip
-    assert env.near_tie == verify.NEAR_TIE_NATS
+    assert env.near_tie == envelope.NEAR_TIE_NATS
 
 
 def test_a_configuration_that_crashed_calibrates_nothing() -> None:
@@ -131,7 +131,7 @@ def test_a_flip_the_prompts_own_plain_outputs_show_passes_at_any_rank() -> None:
 def test_every_flip_is_recorded_with_why_it_passed() -> None:
     gaps = [Gap(0, 5, 5, 0.0, 1), Gap(1, 6, 4, 0.05, 2), Gap(2, 9, 8, 0.271, 2)]
     texts = {4: " the", 6: " a", 8: " red", 9: " three"}
-    case = verify.judge_gaps(_case(), gaps, 0.1, verify.NEAR_TIE_NATS, texts.__getitem__)
+    case = verify.judge_gaps(_case(), gaps, 0.1, envelope.NEAR_TIE_NATS, texts.__getitem__)
     assert case.kind == "within" and case.envelope == 0.1 and case.over == []
     assert case.flips == [
         verify_report.Flip(1, 6, " a", 4, " the", 0.05, 2, "envelope"),
@@ -143,7 +143,7 @@ def test_every_flip_is_recorded_with_why_it_passed() -> None:
     assert over.over == ["token 3: emitted 11, oracle chose 12 (2.000 nats)"]
     # the plain reference's own output, identical to itself, with a flip inside: recorded
     same = verify.judge_gaps(
-        verify_report.Case("colors", "sequential", "identical"), gaps, 0.3, verify.NEAR_TIE_NATS
+        verify_report.Case("colors", "sequential", "identical"), gaps, 0.3, envelope.NEAR_TIE_NATS
     )
     assert same.kind == "identical" and len(same.flips) == 2
 
@@ -177,7 +177,7 @@ def test_the_markdown_lists_every_flip_that_passed() -> None:
     ]
     # the envelope of each prompt in each mode, and the near-tie rule, are stated
     assert "| colors | 0.0 | 0.0 |" in md and "| one | 0.396 | 0.396 |" in md
-    assert f"within {verify.NEAR_TIE_NATS} nats of its first" in md
+    assert f"within {envelope.NEAR_TIE_NATS} nats of its first" in md
     assert "whatever other prompts the run holds" in md
 
 
@@ -187,7 +187,7 @@ def test_the_json_keeps_its_fields_and_adds_the_calibration() -> None:
     assert {"configs", "max_gap", "by_config", "failures"} <= set(env)  # as before
     assert env["by_prompt"]["one"]["micro-batch 4"] == 0.396
     assert env["modes"]["own flags, parallel slots"] == "parallel"
-    assert env["near_tie"] == verify.NEAR_TIE_NATS
+    assert env["near_tie"] == envelope.NEAR_TIE_NATS
     case = j["methods"][0]["cases"][0]
     assert case["envelope"] == 0.0 and case["flips"][0]["allowed"] == "near-tie"
     assert case["flips"][0]["text"] == " three" and case["flips"][0]["position"] == 3

@@ -41,6 +41,7 @@ class Strict:
     exact: Mapping[str, bool]
     defects: Mapping[str, str] = field(default_factory=dict)  # defect id → status
     crashed: Mapping[str, str] = field(default_factory=dict)  # method → why its run failed
+    one_slot: tuple[str, ...] = ()  # methods the build refused on more than one slot
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ def judge(pin: HealthPin, steps: Steps, say: Say) -> Row:
                 exact=dict(got.exact),
                 defects=got.defects,
                 crashed=dict(got.crashed),
+                one_slot=tuple(got.one_slot),
             )
             bad = [m for m, e in got.exact.items() if not e and m not in got.crashed]
             say(
@@ -411,7 +413,8 @@ def strict_tier(
     cases = [c for m in judged for c in m.cases]
     m = artifact.manifest
     defects = defect_status(str(m.get("engine")), str(m.get("commit")), cases, root, m, mirror)
-    return Strict(types, exact, defects, crashed)
+    one_slot = tuple(m.method for m in judged if m.one_slot)
+    return Strict(types, exact, defects, crashed, one_slot)
 
 
 def defect_status(

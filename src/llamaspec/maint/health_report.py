@@ -63,6 +63,8 @@ class Row:
     exact: Mapping[str, bool] = field(default_factory=dict)  # method → exact on strict tier
     # method → why its strict run failed (a crashed server); such a method is not exact
     crashed: Mapping[str, str] = field(default_factory=dict)
+    # methods the build refused on more than one slot: sequential on one, parallel not run
+    one_slot: tuple[str, ...] = ()
     speedups: Mapping[str, float] = field(default_factory=dict)  # workload → first exposure
     bench_na: str = ""  # why the bench did not apply to this build (its spec type lacking)
     bench_unreliable: str = ""  # bench's own verdict: why its speedups cannot be trusted
@@ -167,6 +169,7 @@ def from_json(data: Mapping) -> HealthReport:
         r = dict(r)
         r["pin"] = HealthPin(**r["pin"])
         r["types"] = tuple(r.get("types", ()))
+        r["one_slot"] = tuple(r.get("one_slot", ()))
         rows.append(Row(**r))
     return HealthReport(
         rows=tuple(rows),
@@ -206,6 +209,11 @@ def _cell(text: object) -> str:
 def _exact_cell(r: Row) -> str:
     if not r.exact:
         return "-"
+    one = " (one slot only)" if r.one_slot else ""
+    return _exactness(r) + one
+
+
+def _exactness(r: Row) -> str:
     bad = [m for m, e in r.exact.items() if not e and m not in r.crashed]
     if not bad and not r.crashed:
         return "all exact"
@@ -321,6 +329,12 @@ def markdown(report: HealthReport) -> str:
     for r in report.rows:
         lines = [f"{step}: {r.failures[step]}" for step in STEPS if step in r.failures]
         lines += [f"strict {m}: {why}" for m, why in r.crashed.items()]
+        if r.one_slot:
+            lines.append(
+                f"strict: the build refuses speculation on more than one server slot: "
+                f"{', '.join(r.one_slot)} ran one request at a time on one slot; the "
+                "parallel mode was not run"
+            )
         if r.bench_na:
             lines.append(f"bench: n/a: {r.bench_na}")
         if r.bench_unreliable:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,13 +45,12 @@ from llamaspec.models.methods import (
 from llamaspec.models.server_help import check_help
 from llamaspec.proof import oracle as oracle_mod
 from llamaspec.proof.defects import Defect, known_defect
+from llamaspec.proof.envelope import calibrate, judge_gaps
 from llamaspec.proof.prompts import FAST_PROMPTS, VERIFY_PROMPTS
 from llamaspec.proof.verify_report import (
-    NEAR_TIE_RANK,
     Case,
     Envelope,
     EnvelopeFailure,
-    Flip,
     MethodResult,
     VerifyReport,
     print_table,
@@ -262,6 +261,18 @@ def _oracle_server(artifact: Artifact, setup: Setup, logs: Path):
     return running(artifact.server, args, logs / "oracle.log")
 
 
+# ik_llama.cpp from mid-2026 (8337e4c) refuses a speculative server with -np > 1 at start.
+ONE_SLOT_REFUSAL = "limited to a single server slot"
+
+
+def _one_slot(base: Sequence[str]) -> tuple[str, ...]:
+    """`base` with one slot of the same context (-np 1, -c SLOT_CTX)."""
+    out = list(base)
+    for flag, value in (("-np", "1"), ("-c", str(SLOT_CTX))):
+        out[out.index(flag) + 1] = value
+    return tuple(out)
+
+
 def _run_method(
     artifact: Artifact,
     setup: Setup,
@@ -271,11 +282,36 @@ def _run_method(
     console: Console,
 ) -> tuple[MethodResult, dict[str, list[Completion]]]:
     """Run one method's server: its result (draft counts, no cases yet) and, per mode, one
-    output per prompt (the parallel mode repeated `setup.repeat` times, prompts in the same
-    order each time)."""
+    output per prompt. A build that refuses speculation on more than one slot runs the
+    sequential mode on a one-slot server, and its result says the parallel mode was not run."""
+    log = logs / f"{m.name}{'' if setup.determinism else '-server-defaults'}.log"
+    try:
+        return _serve_method(artifact, setup, m, modes, log, console)
+    except LlamaspecError:
+        if not log.is_file() or ONE_SLOT_REFUSAL not in log.read_text(errors="replace"):
+            raise
+    console.print(
+        f"verify: {m.name}: this build refuses speculation on more than one slot; "
+        "sequential on one slot, parallel mode not run"
+    )
+    one = replace(setup, base=_one_slot(setup.base))
+    seq = [x for x in ("sequential",) if not modes or x in modes]
+    result, outputs = _serve_method(artifact, one, m, seq or ["none"], log, console)
+    return replace(result, one_slot=True), outputs
+
+
+def _serve_method(
+    artifact: Artifact,
+    setup: Setup,
+    m: Method,
+    modes: Sequence[str],
+    log: Path,
+    console: Console,
+) -> tuple[MethodResult, dict[str, list[Completion]]]:
+    """One server for `m`: per mode, one output per prompt (the parallel mode repeated
+    `setup.repeat` times, prompts in the same order each time)."""
     outputs: dict[str, list[Completion]] = {}
     per_mode: dict[str, tuple[int, int]] = {}
-    log = logs / f"{m.name}{'' if setup.determinism else '-server-defaults'}.log"
     with running(artifact.server, [*setup.base, *m.argv], log) as srv:
         for mode, parallel in (("sequential", False), ("parallel", True)):
             if modes and mode not in modes:
@@ -297,43 +333,6 @@ def _run_method(
         per_mode=per_mode,
     )
     return result, outputs
-
-
-# The oracle's second choice within this many nats of its first is a near-tie that plain
-# decoding flips too (the runner-up at least e^-1 ≈ 37 % as likely): in the oracle tier such
-# a token passes whatever its prompt's envelope. Plain decoding on the CPU build, with no
-# speculation, put its own tokens up to 0.83 nats from the oracle's choice (micro-batch 4,
-# reports/verify-llamacpp-cpu-2a65556682b3-embedded-oracle.md); a token of rank 3 or lower,
-# or a runner-up further behind, still needs an envelope of its own prompt and mode that
-# holds it. (On an H100 plain decoding reached
-# 1.60 nats: proof.defects.OPEN_FINDINGS.)
-NEAR_TIE_NATS = 1.0
-
-
-def calibrate(
-    configs: Sequence[tuple[str, str]],
-    worst: Mapping[str, Mapping[str, float]],
-    failures: Sequence[EnvelopeFailure] = (),
-    near_tie: float = NEAR_TIE_NATS,
-) -> Envelope:
-    """The envelope from the plain outputs' largest gaps, `worst[config][prompt]`, for
-    `configs` as (name, mode the configuration calibrates): per prompt and configuration,
-    and the whole run's summary (a configuration that crashed is missing from `worst`)."""
-    by_prompt: dict[str, dict[str, float]] = {}
-    for name, _ in configs:
-        for prompt, gap in worst.get(name, {}).items():
-            by_prompt.setdefault(prompt, {})[name] = gap
-    by_config = {n: round(max(worst[n].values(), default=0.0), 4) for n, _ in configs if n in worst}
-    max_gap = max((g for w in worst.values() for g in w.values()), default=0.0)
-    return Envelope(
-        tuple(n for n, _ in configs),
-        max_gap,
-        by_config,
-        tuple(failures),
-        by_prompt,
-        dict(configs),
-        near_tie,
-    )
 
 
 def measure_envelope(
@@ -383,59 +382,6 @@ def measure_envelope(
         }
     modes = [(c[0], "parallel" if c[2] else "sequential") for c in configs]
     return calibrate(modes, worst, failures)
-
-
-def _allowed(g: oracle_mod.Gap, envelope: float, near_tie: float) -> str | None:
-    """Why a token passes: within its prompt and mode's `envelope`, or a near-tie (the
-    oracle's first NEAR_TIE_RANK choices within `near_tie` nats); None when it does not."""
-    if g.gap <= envelope:
-        return "envelope"
-    if g.rank is not None and g.rank <= NEAR_TIE_RANK and g.gap <= near_tie:
-        return "near-tie"
-    return None
-
-
-def judge_gaps(
-    case: Case,
-    gaps: Sequence[oracle_mod.Gap],
-    envelope: float,
-    near_tie: float = 0.0,
-    text: Callable[[int], str] | None = None,
-) -> Case:
-    """The oracle tier's verdict on one output: its per-token gaps are recorded, every token
-    that is not the oracle's choice among them (`flips`, with `text` for token texts), and a
-    token neither within `envelope` (its prompt and mode's) nor a near-tie (the oracle's
-    runner-up within `near_tie` nats; the tier passes NEAR_TIE_NATS) fails it (a different
-    output whose every token passes is within)."""
-    over = [g for g in gaps if _allowed(g, envelope, near_tie) is None]
-    kind = case.kind
-    if case.kind in ("different", "longer") and gaps:
-        kind = "over-envelope" if over else "within"
-    elif case.kind == "identical" and over:
-        kind = "over-envelope"  # the plain reference itself drifted
-    show = text or (lambda _t: "")
-    flips = [
-        Flip(
-            g.position,
-            g.token,
-            show(g.token),
-            g.chosen,
-            show(g.chosen),
-            g.gap,
-            g.rank,
-            _allowed(g, envelope, near_tie) or "over",
-        )
-        for g in gaps
-        if g.flipped
-    ]
-    return replace(
-        case,
-        kind=kind,
-        max_gap=oracle_mod.max_gap(gaps) if gaps else None,
-        over=[oracle_mod.describe(g) for g in over][:8],
-        envelope=envelope,
-        flips=flips,
-    )
 
 
 def oracle_tier(

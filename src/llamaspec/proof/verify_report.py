@@ -82,6 +82,8 @@ class MethodResult:
     accepted: int = 0
     per_mode: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # (drafted, accepted)
     flags: str = "determinism"  # or "own": the recipe's own flags, no determinism flags
+    # the build refused speculation on more than one slot: sequential on one, parallel not run
+    one_slot: bool = False
 
     def drafts(self, mode: str) -> tuple[int, int]:
         d, a = self.per_mode.get(mode, (0, 0))
@@ -180,6 +182,12 @@ class VerifyReport:
 FLAG_LABELS = {"determinism": "determinism flags", "own": "recipe's own flags"}
 
 
+ONE_SLOT_NOTE = (
+    "not run: this build refuses speculation on more than one server slot (it started "
+    "with -np 1 only)"
+)
+
+
 def _label(m: MethodResult) -> str:
     """A method as reports name it: rows under the recipe's own flags say so."""
     return m.method if m.flags == "determinism" else f"{m.method} ({FLAG_LABELS[m.flags]})"
@@ -272,6 +280,9 @@ def markdown(report: VerifyReport) -> str:
         if m.skipped:
             lines.append(f"| {_label(m)} | – | | | | | | | {m.skipped} |")
             continue
+        if m.one_slot:
+            blank = " | " * (7 if report.tier == "strict" else 8)
+            lines.append(f"| {_label(m)} | parallel{blank}{ONE_SLOT_NOTE} |")
         for mode in ("sequential", "parallel"):
             if not any(c.mode == mode for c in m.cases):
                 continue
@@ -280,7 +291,8 @@ def markdown(report: VerifyReport) -> str:
                 d, a = m.drafts(mode)
                 lines.append(
                     f"| {_label(m)} | {mode} | {m.count('identical', mode)} | {failed} | "
-                    f"{m.count('known-defect', mode)} | {d} | {a} | |"
+                    f"{m.count('known-defect', mode)} | {d} | {a} | "
+                    f"{'one slot (-np 1)' if m.one_slot else ''} |"
                 )
             else:
                 gap = _finite(m.max_gap(mode))
@@ -469,6 +481,9 @@ def print_table(report: VerifyReport, console: Console) -> None:
         if m.skipped:
             table.add_row(*first, "–", *[""] * (len(cols) - len(first) - 1), "", "", m.skipped)
             continue
+        if m.one_slot:
+            blank = [""] * (len(cols) - len(first) - 1)
+            table.add_row(*first, "parallel", *blank, "", "", ONE_SLOT_NOTE)
         for mode in ("sequential", "parallel"):
             if not any(c.mode == mode for c in m.cases):
                 continue
