@@ -1037,3 +1037,15 @@ def test_a_recipe_names_a_built_in_chat_template_in_each_dialect() -> None:
     recipes.check_against_help(ik, IK_HELP, "llama-server")
     with pytest.raises(ValueError, match="chat_template"):
         config.ServerSettings(chat_template="{% for m in messages %}")  # a name, not Jinja
+
+
+def test_ik_chains_put_the_self_speculative_stage_first() -> None:
+    """ik 8337e4c refuses `--spec-type draft… --spec-type ngram-mod…` ("two-stage speculative
+    mode currently requires a self-spec stage first"): the n-gram stage is rendered first."""
+    spec = config.SpecSettings(types=("draft", "ngram-mod"), draft_n_max=8)
+    argv = list(dialects.render("ik-spec-type", spec, draft=Path("d.gguf")).argv)
+    stages = [argv[i + 1].split(":")[0] for i, a in enumerate(argv) if a == "--spec-type"]
+    assert stages == ["ngram-mod", "draft"]
+    # upstream keeps the order it is given (one --spec-type list)
+    up = list(dialects.render("upstream", spec, draft=Path("d.gguf")).argv)
+    assert up[up.index("--spec-type") + 1] == "draft-simple,ngram-mod"

@@ -441,7 +441,9 @@ def _spec(
         for key in ("ngram_mod_n_min", "ngram_mod_n_max", "ngram_mod_n_match"):
             out += _setting(d, key, getattr(spec, key), notes)
     if d.params_in_type:
-        for t in types:
+        # ik_llama.cpp's chain wants its self-speculative (n-gram) stage first: 8337e4c
+        # refuses a draft stage ahead of it ("requires a self-spec stage first")
+        for t in sorted(types, key=lambda t: t not in NGRAM_TYPES):
             out += [f["spec_type"], f"{d.type_names[t]}:{','.join(lengths)}"]
     return out
 
