@@ -529,6 +529,13 @@ def test_spec_type_choices_from_either_engine() -> None:
         "none", "draft", "mtp", "ngram-cache", "ngram-mod"
     }  # fmt: skip
     assert methods.offered("ik-spec-type", ik_new, "ngram-cache") is None
+    stage = recipes.ServerCommand(
+        ("s", "--spec-type", "ngram-mod:n_max=64,n_min=0"), "ik-spec-type"
+    )
+    recipes.check_against_help(stage, ik_new, "ik")  # one stage, its keys are not types
+    lacking = recipes.ServerCommand(("s", "--spec-type", "suffix:n_max=8"), "ik-spec-type")
+    with pytest.raises(LlamaspecError, match="does not offer spec type suffix "):
+        recipes.check_against_help(lacking, ik_new, "ik")
     assert "not in this binary's --spec-type list" in (
         methods.offered("ik-spec-type", ik_new, "ngram-map-k4v") or ""
     )

@@ -562,11 +562,16 @@ def check_against_help(cmd: ServerCommand, help_text: str, binary: str) -> None:
     flag = d.flags["spec_type"] if d is not None else "--spec-type"
     if choices is None:
         return
+    # upstream's value is a comma list of types; ik's later one is one `TYPE:k=v,k=v` stage
     wanted = [
-        w.split(":")[0]
+        w
         for i, a in enumerate(cmd.argv[:-1])
         if a == flag
-        for w in cmd.argv[i + 1].split(",")
+        for w in (
+            [cmd.argv[i + 1].split(":", 1)[0]]
+            if ":" in cmd.argv[i + 1]
+            else cmd.argv[i + 1].split(",")
+        )
     ]
     lacking = [w for w in wanted if w not in choices]
     if lacking:
