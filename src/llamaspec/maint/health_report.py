@@ -342,7 +342,8 @@ def markdown(report: HealthReport) -> str:
         if r.synth_na:
             lines.append(f"sweep: {r.synth_na}")
         if lines:
-            notes.append(f"- {r.pin.short} {r.pin.label} ({r.pin.engine}): " + "; ".join(lines))
+            pin = f"{r.pin.short} {r.pin.label}".strip()
+            notes.append(f"- {pin} ({r.pin.engine}): " + "; ".join(lines))
     if notes:
         out += ["## Failures and notes", "", *notes, ""]
     return "\n".join(out)
