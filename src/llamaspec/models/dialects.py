@@ -563,16 +563,8 @@ def check_against_help(cmd: ServerCommand, help_text: str, binary: str) -> None:
     if choices is None:
         return
     # upstream's value is a comma list of types; ik's later one is one `TYPE:k=v,k=v` stage
-    wanted = [
-        w
-        for i, a in enumerate(cmd.argv[:-1])
-        if a == flag
-        for w in (
-            [cmd.argv[i + 1].split(":", 1)[0]]
-            if ":" in cmd.argv[i + 1]
-            else cmd.argv[i + 1].split(",")
-        )
-    ]
+    values = [cmd.argv[i + 1] for i, a in enumerate(cmd.argv[:-1]) if a == flag]
+    wanted = [w for v in values for w in ([v.split(":", 1)[0]] if ":" in v else v.split(","))]
     lacking = [w for w in wanted if w not in choices]
     if lacking:
         raise LlamaspecError(
