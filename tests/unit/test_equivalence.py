@@ -283,7 +283,8 @@ def test_a_build_that_refuses_speculation_on_parallel_slots_runs_one_slot_and_sa
     """ik_llama.cpp 8337e4c refuses a speculative server with -np > 1: the method runs
     sequentially on one slot of the same context, and the report says parallel was not run."""
     base = ("-m", "t.gguf", "-c", "16384", "-np", "4", "--no-warmup", "-fa", "off")
-    assert verify._one_slot(base) == (
+    setup = verify.Setup(Path("t.gguf"), Path("t.gguf"), base, (), 1, ("-fa", "off"))
+    assert verify._one_slot(setup, verify.SLOT_CTX) == (
         "-m", "t.gguf", "-c", str(verify.SLOT_CTX), "-np", "1", "--no-warmup", "-fa", "off"
     )  # fmt: skip
     m = verify_report.MethodResult(

@@ -178,7 +178,7 @@ def returned(server: Server, reply: Mapping[str, Any]) -> int:
     if isinstance(ids, list) and (ids or not reply.get("content")):
         return len(ids)
     text = str(reply.get("content", ""))
-    return len(server.post("/tokenize", {"content": text}).get("tokens", [])) if text else 0
+    return len(server.tokenize(text, add_special=False)) if text else 0
 
 
 def client(server: Server, w: Workload) -> tuple[int, float, int, int, int]:
@@ -210,7 +210,7 @@ def run(server: Server, w: Workload, concurrency: int) -> Sample:
         pool.shutdown(wait=False, cancel_futures=True)
     wall = time.monotonic() - t0
     delta = costmodel.counters(server) - before
-    tps = sum(r[0] / (r[1] / 1000) for r in results if r[1] > 0)
+    tps = sum(tok / (ms / 1000) for tok, ms, *_ in results if ms > 0)
     drafted = sum(r[2] for r in results)
     accepted = sum(r[3] for r in results)
     if delta.available:

@@ -254,23 +254,19 @@ def prepared(server: Server, setup: Setup) -> Setup:
     return replace(setup, prompts=prompts)
 
 
+def _one_slot(setup: Setup, ctx: int) -> tuple[str, ...]:
+    """`setup`'s server arguments for one slot of `ctx` tokens (its determinism flags kept)."""
+    own = base_args(setup.target, ctx=ctx, slots=1)
+    return (*own, *setup.base[len(own) :])
+
+
 def _oracle_server(artifact: Artifact, setup: Setup, logs: Path):
     """A plain one-slot server for per-token checks (prompt cache on)."""
-    own = base_args(setup.target, ctx=8192, slots=1)
-    args = [*own, *setup.base[len(own) :]]  # the same determinism flags, one slot
-    return running(artifact.server, args, logs / "oracle.log")
+    return running(artifact.server, list(_one_slot(setup, 8192)), logs / "oracle.log")
 
 
 # ik_llama.cpp from mid-2026 (8337e4c) refuses a speculative server with -np > 1 at start.
 ONE_SLOT_REFUSAL = "limited to a single server slot"
-
-
-def _one_slot(base: Sequence[str]) -> tuple[str, ...]:
-    """`base` with one slot of the same context (-np 1, -c SLOT_CTX)."""
-    out = list(base)
-    for flag, value in (("-np", "1"), ("-c", str(SLOT_CTX))):
-        out[out.index(flag) + 1] = value
-    return tuple(out)
 
 
 def _run_method(
@@ -294,9 +290,10 @@ def _run_method(
         f"verify: {m.name}: this build refuses speculation on more than one slot; "
         "sequential on one slot, parallel mode not run"
     )
-    one = replace(setup, base=_one_slot(setup.base))
-    seq = [x for x in ("sequential",) if not modes or x in modes]
-    result, outputs = _serve_method(artifact, one, m, seq or ["none"], log, console)
+    if modes and "sequential" not in modes:  # only the parallel mode was asked for
+        return MethodResult(m.name, tuple(shown(m.argv)), one_slot=True), {}
+    one = replace(setup, base=_one_slot(setup, SLOT_CTX))
+    result, outputs = _serve_method(artifact, one, m, ["sequential"], log, console)
     return replace(result, one_slot=True), outputs
 
 
