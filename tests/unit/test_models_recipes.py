@@ -502,6 +502,32 @@ def test_engine_spellings_live_only_in_the_dialect_module() -> None:
     assert literals.search((package / "models" / "dialects.py").read_text())
 
 
+def test_server_help_retries_once_then_refuses_output_that_is_no_usage(tmp_path: Path) -> None:
+    """A binary that cannot run (or a container tool that failed once) prints no usage: the
+    help is read again once, and a second failure is refused with what it printed, never
+    taken for a help that lists no flag."""
+    marker = tmp_path / "ran-once"
+    flaky = tmp_path / "flaky-server"
+    flaky.write_text(
+        f'#!/bin/sh\nif [ ! -e "{marker}" ]; then touch "{marker}"; '
+        'echo "Error: container state improper" >&2; exit 125; fi\n'
+        'echo "-m,    --model FNAME   model path"; echo "--spec-type none,ngram-mod  types"\n'
+    )
+    flaky.chmod(0o755)
+    text = server_help.server_help(flaky)
+    assert "--spec-type" in server_help.accepted_flags(text)
+    broken = tmp_path / "broken-server"
+    broken.write_text(
+        '#!/bin/sh\necho "llama-server: error while loading shared libraries: libggml.so" >&2\n'
+        "exit 127\n"
+    )
+    broken.chmod(0o755)
+    with pytest.raises(LlamaspecError, match=r"printed no usage text \(exit status 127, twice\)"):
+        server_help.server_help(broken)
+    with pytest.raises(LlamaspecError, match="libggml.so"):
+        server_help.server_help(broken)
+
+
 def test_spec_type_choices_from_either_engine() -> None:
     upstream = "--spec-type none,draft-simple,ngram-mod   comma-separated list"
     assert server_help.spec_type_choices(upstream) == {"none", "draft-simple", "ngram-mod"}

@@ -285,7 +285,9 @@ def test_serve_adds_metrics_only_where_a_draft_is_loaded(
 
     server = tmp_path / "bin" / "llama-server"
     server.parent.mkdir()
-    server.write_text("#!/bin/sh\necho '--metrics   enable the endpoint'\n")
+    server.write_text(
+        "#!/bin/sh\necho '-m, --model FNAME   model path'\necho '--metrics   enable the endpoint'\n"
+    )
     server.chmod(0o755)
     art = Artifact("a", tmp_path, {"engine": "llama.cpp"}, True)
     console = Console(file=io.StringIO())

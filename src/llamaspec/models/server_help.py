@@ -98,10 +98,23 @@ def spec_type_choices(help_text: str) -> set[str] | None:
 
 
 def server_help(server_bin: Path) -> str:
-    """The binary's own --help: the truth about which flags it accepts."""
+    """The binary's own --help: the truth about which flags it accepts.
+
+    Output that names no `--model` is not a usage text: the binary did not run (a missing
+    library, or a container runtime's transient failure when `server_bin` wraps one). That
+    is tried once more, then refused with what the binary printed."""
     from llamaspec import procs
 
-    proc = procs.run(
-        [str(server_bin), "--help"], timeout=60, check=False, what=f"{server_bin.name} --help"
+    for _ in range(2):
+        proc = procs.run(
+            [str(server_bin), "--help"], timeout=60, check=False, what=f"{server_bin.name} --help"
+        )
+        text = proc.stdout + proc.stderr
+        if "--model" in help_flags(text):
+            return text
+    tail = " / ".join(text.strip().splitlines()[-3:]) or "nothing"
+    raise LlamaspecError(
+        f"`{server_bin} --help` printed no usage text (exit status {proc.returncode}, twice); "
+        f"it ends: {tail}. The binary cannot run here: run it by hand to see why (a missing "
+        "shared library, or a container tool that failed), fix that, and try again."
     )
-    return proc.stdout + proc.stderr
