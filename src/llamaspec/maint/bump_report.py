@@ -134,8 +134,9 @@ def markdown(p: Plan, out: Outcome) -> str:
     old_dialect = p.engine.dialect
     if out.dialect is None:
         lines.append(
-            f"- Dialect: not probed (not built); engines.yaml keeps `{old_dialect}`, the old "
-            "pin's. The candidate's --help decides it: a --build probes it and records it."
+            "- Dialect: not probed (not built, or its --help unreadable); engines.yaml keeps "
+            f"`{old_dialect}`, the old pin's. The candidate's --help decides it: a --build "
+            "probes it and records it."
         )
     elif out.dialect != old_dialect:
         lines.append(f"- Dialect: `{out.dialect}` (the candidate's --help), was `{old_dialect}`.")
