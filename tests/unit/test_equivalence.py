@@ -293,8 +293,13 @@ def test_a_build_that_refuses_speculation_on_parallel_slots_runs_one_slot_and_sa
         cases=(verify_report.Case("p", "sequential", "identical"),),
         one_slot=True,
     )
-    report = verify_report.VerifyReport("id", "embedded", "strict", "m.gguf", (m,))
+    skipped = verify_report.MethodResult("mtp", (), skipped="this build does not offer it")
+    report = verify_report.VerifyReport("id", "embedded", "strict", "m.gguf", (m, skipped))
     md = verify_report.markdown(report)
     assert report.passed
+    assert "| mtp | – |  |  |  |  |  | this build does not offer it |" in md
     assert "| ngram-mod | sequential | 1 | 0 | 0 | 0 | 0 | one slot (-np 1) |" in md
-    assert f"| ngram-mod | parallel |  |  |  |  |  |  | {verify_report.ONE_SLOT_NOTE} |" in md
+    assert f"| ngram-mod | parallel |  |  |  |  |  | {verify_report.ONE_SLOT_NOTE} |" in md
+    # every row has the header's eight columns
+    rows = [ln for ln in md.splitlines() if ln.startswith("| ngram-mod")]
+    assert len(rows) == 2 and {ln.count("|") for ln in rows} == {9}

@@ -244,6 +244,11 @@ def write(report: VerifyReport, out_dir: Path) -> None:
     stem.with_name(stem.name + ".md").write_text(markdown(report))
 
 
+def _note_row(label: str, mode: str, note: str, width: int) -> str:
+    """A table row of `width` columns with only the method, the mode and the note filled."""
+    return "| " + " | ".join([label, mode, *[""] * (width - 3), note]) + " |"
+
+
 def markdown(report: VerifyReport) -> str:
     lines = [f"# Equivalence ({report.tier} tier): {report.artifact_id} ({report.model})", ""]
     if report.tier == "strict":
@@ -276,13 +281,13 @@ def markdown(report: VerifyReport) -> str:
             "accepted | note |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
+    width = lines[-1].count("|") - 1  # the table's columns, from its header's rule
     for m in report.methods:
         if m.skipped:
-            lines.append(f"| {_label(m)} | – | | | | | | | {m.skipped} |")
+            lines.append(_note_row(_label(m), "–", m.skipped, width))
             continue
         if m.one_slot:
-            blank = " | " * (7 if report.tier == "strict" else 8)
-            lines.append(f"| {_label(m)} | parallel{blank}{ONE_SLOT_NOTE} |")
+            lines.append(_note_row(_label(m), "parallel", ONE_SLOT_NOTE, width))
         for mode in ("sequential", "parallel"):
             if not any(c.mode == mode for c in m.cases):
                 continue
