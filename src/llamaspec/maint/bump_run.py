@@ -185,8 +185,9 @@ def _prove(plan: bump.Plan, request: Request, console: Console, out: bump_report
             elif name == "smoke":
                 # a binary with no usage text, or no draft flags, fails here in a second,
                 # before the models are prepared
-                out.dialect = probe_dialect(plan.engine.name, server_help(artifact.server))
-                _speaks(artifact, out.dialect)
+                help_text = server_help(artifact.server)
+                out.dialect = probe_dialect(plan.engine.name, help_text)
+                _speaks(artifact, out.dialect, help_text)
                 report = smoke_artifact(artifact, console, root)
                 detail = (
                     f"its --help speaks {out.dialect!r}; drafts accepted "
@@ -224,15 +225,14 @@ def _health(plan: bump.Plan, request: Request, console: Console) -> list[str]:
     return lines + flags
 
 
-def _speaks(artifact, dialect: str) -> None:
+def _speaks(artifact, dialect: str, help_text: str) -> None:
     """The binary's --help must take the draft flags its dialect renders (what the smoke
     checks first, once the models are ready)."""
     from llamaspec.models import dialects
-    from llamaspec.models.server_help import check_help, server_help
+    from llamaspec.models.server_help import check_help
 
     settings = dialects.SpecSettings("draft", Path("draft.gguf"), n_max=8, p_min=0.0)
     argv = dialects.spec_args(dialect, settings)
-    help_text = server_help(artifact.server)
     check_help(argv, help_text, str(artifact.server))
 
 
