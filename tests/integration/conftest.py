@@ -39,6 +39,17 @@ def upstream_artifact(upstream_build: tuple[Artifact, str]) -> Artifact:
 
 
 @pytest.fixture(scope="session")
+def upstream_stock_artifact(
+    upstream_build: tuple[Artifact, str], tmp_path_factory: pytest.TempPathFactory
+) -> Artifact:
+    """The same pin and variant without the project's patches (`--no-default-patches`): the
+    stock server each patch is proven against. Built after the patched one, so ccache has
+    every object the patches do not touch."""
+    dist = tmp_path_factory.mktemp("dist-stock")
+    return _build("llama.cpp", dist, *UPSTREAM_VARIANT, "--no-default-patches", "--no-smoke")[0]
+
+
+@pytest.fixture(scope="session")
 def ik_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Artifact, str]:
     """The `fast-build` variant: IQK flash-attention CPU kernels for f16/q8_0/q8_KV/q6_0 K/V
     caches only (the tests use f16), not q4_0/q4_1/iq4_nl: minutes less on 2 cores."""

@@ -1,0 +1,207 @@
+"""The project's engine patches through the real server: each defect shows on the stock build
+of the pin (`build --no-default-patches`) and is gone on the default (patched) build. One
+observation function per patch runs unchanged on both builds; the assertions say what stock
+does and what the patch changes."""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from rich.console import Console
+
+from llamaspec.engine.artifact import Artifact
+from llamaspec.perf.costmodel import counters
+from llamaspec.perf.workloads import INVENTORY_MODULE
+from llamaspec.proof.hybrid import hybrid_model
+from llamaspec.runtime.client import base_args, request, running
+
+pytestmark = pytest.mark.integration
+
+PROMPT = (
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+    "    if n < 2:\n        return n\n"
+)
+N_PREDICT = 48
+
+
+def _applied(artifact: Artifact) -> set[str]:
+    return {p["id"] for p in artifact.manifest["patches"] if p["status"] == "applied"}
+
+
+def test_the_two_builds_differ_only_by_the_project_patches(
+    upstream_artifact: Artifact, upstream_stock_artifact: Artifact
+) -> None:
+    assert upstream_artifact.id != upstream_stock_artifact.id
+    assert {"server-request-spec-n-max", "spec-type-from-plain-draft"} <= _applied(
+        upstream_artifact
+    )
+    assert not _applied(upstream_stock_artifact)
+    for key in ("commit", "backend", "cmake_defines"):
+        assert upstream_artifact.manifest[key] == upstream_stock_artifact.manifest[key], key
+
+
+@dataclass(frozen=True)
+class NMaxSeen:
+    plain: list[int]  # a plain server's greedy tokens
+    off: list[int]  # speculative server, request with speculative.n_max = 0
+    off_drafted: int
+    capped_drafted: int  # speculative.n_max = 2
+    capped_steps: int
+    default_drafted: int  # no per-request field
+    default_steps: int
+    negative_status: int  # speculative.n_max = -1
+
+
+def _n_max_seen(artifact: Artifact, gemma: Path, logs: Path) -> NMaxSeen:
+    base = base_args(gemma)
+    spec = [*base, "-md", str(gemma), "--spec-type", "draft-simple", "--spec-draft-n-max", "8"]
+    with running(artifact.server, base, logs / f"plain-{artifact.id}.log") as srv:
+        plain = srv.post("/completion", request(PROMPT, N_PREDICT))["tokens"]
+    with running(artifact.server, [*spec, "--metrics"], logs / f"spec-{artifact.id}.log") as srv:
+
+        def ask(extra: dict) -> tuple[list[int], int, int]:
+            before = counters(srv)
+            reply = srv.post("/completion", {**request(PROMPT, N_PREDICT), **extra})
+            delta = counters(srv) - before
+            assert delta.available
+            return reply["tokens"], int(delta.drafted), int(delta.drafts)
+
+        off, off_drafted, _ = ask({"speculative.n_max": 0})
+        _, capped_drafted, capped_steps = ask({"speculative.n_max": 2})
+        _, default_drafted, default_steps = ask({})
+        bad = httpx.post(
+            srv.url + "/completion",
+            json={**request(PROMPT, 4), "speculative.n_max": -1},
+            timeout=120,
+        )
+    return NMaxSeen(
+        plain, off, off_drafted, capped_drafted, capped_steps, default_drafted, default_steps,
+        bad.status_code,
+    )  # fmt: skip
+
+
+def test_request_n_max_turns_drafting_off_or_shortens_it(
+    upstream_artifact: Artifact, upstream_stock_artifact: Artifact, gemma_path: Path, tmp_path
+) -> None:
+    """server-request-spec-n-max: stock ignores `speculative.n_max` (every request drafts 8
+    a step); patched, 0 drafts nothing and answers exactly as a plain server, 2 drafts at
+    most 2 a step, and -1 is refused."""
+    stock = _n_max_seen(upstream_stock_artifact, gemma_path, tmp_path)
+    assert stock.off_drafted > 0, stock  # the defect: the request cannot turn drafting off
+    assert stock.capped_drafted > 2 * stock.capped_steps, stock
+    assert stock.negative_status == 200, stock  # the field is not read at all
+
+    patched = _n_max_seen(upstream_artifact, gemma_path, tmp_path)
+    assert patched.off_drafted == 0, patched
+    assert patched.off == patched.plain  # plain decoding, token for token
+    assert 0 < patched.capped_drafted <= 2 * patched.capped_steps, patched
+    assert patched.default_drafted > 2 * patched.default_steps, patched  # default unchanged
+    assert patched.negative_status == 400, patched
+
+
+def _drafts_without_type(artifact: Artifact, gemma: Path, logs: Path) -> tuple[int, str]:
+    """(tokens drafted, server log) for `-md FILE` with no --spec-type."""
+    log = logs / f"no-type-{artifact.id}.log"
+    args = [*base_args(gemma), "-md", str(gemma), "--metrics"]
+    with running(artifact.server, args, log) as srv:
+        before = counters(srv)
+        srv.post("/completion", request(PROMPT, N_PREDICT))
+        delta = counters(srv) - before
+    return int(delta.drafted), log.read_text(errors="replace")
+
+
+def test_a_draft_model_without_a_spec_type_drafts(
+    upstream_artifact: Artifact, upstream_stock_artifact: Artifact, gemma_path: Path, tmp_path
+) -> None:
+    """spec-type-from-plain-draft (upstream #25345): stock loads the draft and never drafts;
+    patched infers draft-simple from the draft GGUF and drafts."""
+    drafted, _ = _drafts_without_type(upstream_stock_artifact, gemma_path, tmp_path)
+    assert drafted == 0
+    drafted, log = _drafts_without_type(upstream_artifact, gemma_path, tmp_path)
+    assert drafted > 0
+    assert "auto-detected speculative type 'draft-simple'" in log
+
+
+@dataclass(frozen=True)
+class HybridSeen:
+    tokens: list[int]
+    drafted: int
+    restores: int  # whole-state checkpoint restores of the target (server log, -v)
+    n_rs_seq: list[str]  # every context's `n_rs_seq = N` line
+
+
+def _hybrid_seen(artifact: Artifact, target: Path, draft: Path, logs: Path) -> HybridSeen:
+    log = logs / f"hybrid-{artifact.id}.log"
+    args = [*base_args(target), "-md", str(draft), "--spec-type", "draft-simple",
+            "--spec-draft-n-max", "4", "--metrics", "-v"]  # fmt: skip
+    with running(artifact.server, args, log) as srv:
+        before = counters(srv)
+        reply = srv.post("/completion", request(PROMPT, 32))
+        drafted = int((counters(srv) - before).drafted)
+    text = log.read_text(errors="replace")
+    return HybridSeen(
+        reply["tokens"],
+        drafted,
+        text.count("restoring speculative checkpoint"),
+        re.findall(r"llama_context: n_rs_seq\s*=\s*\d+", text),
+    )
+
+
+def test_draft_simple_on_a_hybrid_target_rolls_back_instead_of_restoring(
+    upstream_artifact: Artifact, upstream_stock_artifact: Artifact, tmp_path
+) -> None:
+    """draft-simple-recurrent-rollback: on the random Qwen3.5-style hybrid target with a
+    hybrid draft of other weights (most drafts rejected), stock restores a whole-state
+    checkpoint after partial acceptances; patched gives both contexts recurrent-state
+    snapshots (n_rs_seq = n_max) and restores none. Both give the plain server's tokens."""
+    console = Console(file=io.StringIO())
+    target = hybrid_model(upstream_artifact, console, seed=1)
+    draft = hybrid_model(upstream_artifact, console, seed=2)
+    with running(upstream_artifact.server, base_args(target), tmp_path / "plain.log") as srv:
+        plain = srv.post("/completion", request(PROMPT, 32))["tokens"]
+
+    stock = _hybrid_seen(upstream_stock_artifact, target, draft, tmp_path)
+    assert stock.drafted > 0 and stock.restores > 0, stock
+    assert all(line.endswith("= 0") for line in stock.n_rs_seq), stock.n_rs_seq
+
+    patched = _hybrid_seen(upstream_artifact, target, draft, tmp_path)
+    assert patched.drafted > 0 and patched.restores == 0, patched
+    assert patched.n_rs_seq and all(line.endswith("= 4") for line in patched.n_rs_seq), patched
+    assert stock.tokens == plain and patched.tokens == plain
+
+
+def _pool_wipes(artifact: Artifact, gemma: Path, logs: Path) -> tuple[int, int, int]:
+    """(pool wipes in the server log, tokens drafted, accepted) over six short requests on a
+    prompt that repeats itself, so that each request drafts once and the draft is cut to
+    the request's remaining budget. LLAMA_TRACE makes ngram-mod log its wipes."""
+    # cut where Gemma 3 tokenizes the prefix as the start of the whole module, so the last
+    # tokens of the prompt are an n-gram of its first copy
+    prompt = f"{INVENTORY_MODULE}\n\nThe same module once more:\n\n{INVENTORY_MODULE[:701]}"
+    log = logs / f"ngram-mod-{artifact.id}.log"
+    args = [*base_args(gemma), "--spec-type", "ngram-mod", "--metrics", "-lv", "4"]
+    with running(artifact.server, args, log, env={"LLAMA_TRACE": "1"}) as srv:
+        before = counters(srv)
+        for _ in range(6):
+            srv.post("/completion", request(prompt, 12))
+        delta = counters(srv) - before
+    wipes = log.read_text(errors="replace").count("resetting ngram_mod")
+    return wipes, int(delta.drafted), int(delta.accepted)
+
+
+def test_ngram_mod_does_not_wipe_its_pool_for_fully_accepted_short_drafts(
+    upstream_artifact: Artifact, upstream_stock_artifact: Artifact, gemma_path: Path, tmp_path
+) -> None:
+    """ngram-mod-truncated-draft-acceptance: every draft is cut to the request's remaining
+    budget and accepted whole; stock counts each such round against the draft's uncut
+    length (10 of 64: "low") and wipes the shared pool after five; patched wipes nothing."""
+    wipes, drafted, accepted = _pool_wipes(upstream_stock_artifact, gemma_path, tmp_path)
+    assert drafted > 0 and accepted > 0, (drafted, accepted)
+    assert wipes >= 1
+    wipes, drafted, accepted = _pool_wipes(upstream_artifact, gemma_path, tmp_path)
+    assert drafted > 0 and accepted > 0, (drafted, accepted)
+    assert wipes == 0
