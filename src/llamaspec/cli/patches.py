@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import options, shared
+from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -26,6 +27,29 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     im = psub.add_parser("import", help="add diffs from a DIR written by `patches export`")
     im.add_argument("dir", type=_import_dir)
     im.set_defaults(handler=cmd_patches_import)
+    ab = psub.add_parser(
+        "ab",
+        help="the default (patched) build against the stock build of the same pin: "
+        "patched ÷ stock per scenario, from one run",
+    )
+    shared.add_artifact_args(ab)
+    ab.add_argument(
+        "--stock",
+        required=True,
+        type=shared.artifact_id,
+        metavar="ID",
+        help="the same pin built with --no-default-patches (an id or prefix in --dist)",
+    )
+    ab.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only these scenarios (repeatable; default: all of them)",
+    )
+    ab.add_argument("--repetitions", type=shared.positive, default=3)
+    ab.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    ab.set_defaults(handler=cmd_patches_ab)
     lk = sub.add_parser("lock", help="resolve short SHAs and PR heads into llamaspec.lock")
     options.add_mirrors(lk)
     lk.set_defaults(handler=cmd_lock)
@@ -39,6 +63,21 @@ def _import_dir(text: str) -> Path:
             "must not be empty; give the folder `llamaspec patches export DIR` wrote"
         )
     return Path(text)
+
+
+def cmd_patches_ab(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.maint import patch_ab
+
+    scenarios = patch_ab.select(args.scenario)  # unknown names fail before anything starts
+    patch_ab.run(
+        shared.load_artifact(args),
+        args.dist,
+        args.stock,
+        scenarios,
+        args.reports,
+        console,
+        repetitions=args.repetitions,
+    )
 
 
 def cmd_lock(args: argparse.Namespace, console: Console) -> None:

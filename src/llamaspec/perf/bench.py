@@ -181,13 +181,15 @@ def returned(server: Server, reply: Mapping[str, Any]) -> int:
     return len(server.tokenize(text, add_special=False)) if text else 0
 
 
-def client(server: Server, w: Workload) -> tuple[int, float, int, int, int]:
+def client(
+    server: Server, w: Workload, extra: Mapping[str, Any] | None = None
+) -> tuple[int, float, int, int, int]:
     """One client through every turn: (tokens the server counted, decode ms, drafted,
-    accepted, tokens received)."""
+    accepted, tokens received). `extra`: more request fields (e.g. `speculative.n_max`)."""
     history, tokens, ms, drafted, accepted, got = "", 0, 0.0, 0, 0, 0
     for turn in range(len(w.turns)):
         prompt = w.prompt(history, turn)
-        reply = server.post("/completion", request(prompt, w.n_predict))
+        reply = server.post("/completion", {**request(prompt, w.n_predict), **(extra or {})})
         t = reply.get("timings", {})
         tokens += int(t.get("predicted_n", 0) or 0)
         ms += float(t.get("predicted_ms", 0.0) or 0.0)
@@ -198,13 +200,16 @@ def client(server: Server, w: Workload) -> tuple[int, float, int, int, int]:
     return tokens, ms, drafted, accepted, got
 
 
-def run(server: Server, w: Workload, concurrency: int) -> Sample:
-    """`concurrency` clients run workload `w` at once; counters are read around them."""
+def run(
+    server: Server, w: Workload, concurrency: int, extra: Mapping[str, Any] | None = None
+) -> Sample:
+    """`concurrency` clients run workload `w` at once (each request with `extra` fields);
+    counters are read around them."""
     before = costmodel.counters(server)
     t0 = time.monotonic()
     pool = ThreadPoolExecutor(concurrency)
     try:
-        results = list(pool.map(lambda _i: client(server, w), range(concurrency)))
+        results = list(pool.map(lambda _i: client(server, w, extra), range(concurrency)))
     finally:
         # on an interrupt, do not wait for requests in flight: stopping the server ends them
         pool.shutdown(wait=False, cancel_futures=True)
