@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from llamaspec.engine.artifact import Artifact
 from llamaspec.perf.costmodel import counters
 from llamaspec.perf.workloads import INVENTORY_MODULE
 from llamaspec.proof.hybrid import hybrid_model
+from llamaspec.proof.refmodels import eagle3
 from llamaspec.runtime.client import base_args, request, running
 
 pytestmark = pytest.mark.integration
@@ -205,3 +207,49 @@ def test_ngram_mod_does_not_wipe_its_pool_for_fully_accepted_short_drafts(
     wipes, drafted, accepted = _pool_wipes(upstream_artifact, gemma_path, tmp_path)
     assert drafted > 0 and accepted > 0, (drafted, accepted)
     assert wipes == 0
+
+
+EAGLE_PROMPTS = (
+    "The quick brown fox jumps over the lazy dog. ",
+    "Hello world, this is a test of speculative decoding. ",
+    "abcdefghijklmnopqrstuvwxyz 0123456789 ",
+    "Once upon a time there was a small program that ",
+)
+
+
+def _eagle3_seen(artifact: Artifact, logs: Path) -> tuple[tuple[int, int], tuple[int, int], bool]:
+    """((drafted, accepted) one request at a time, (drafted, accepted) four at once, whether
+    every output is the same both ways) on the EAGLE-3 reference pair, -np 4."""
+    ref = eagle3.pair()
+    args = [*base_args(ref.target, slots=4), "-md", str(ref.draft), "--spec-type", "draft-eagle3",
+            "--no-kv-unified", "-fa", "off"]  # fmt: skip
+    with running(artifact.server, args, logs / f"eagle3-{artifact.id}.log") as srv:
+
+        def ask(prompt: str) -> tuple[int, int, list[int]]:
+            reply = srv.post("/completion", request(prompt, 128))
+            t = reply["timings"]
+            return int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0)), reply["tokens"]
+
+        one = [ask(p) for p in EAGLE_PROMPTS]
+        with ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(ask, EAGLE_PROMPTS))
+
+    def total(rs: list) -> tuple[int, int]:
+        return sum(r[0] for r in rs), sum(r[1] for r in rs)
+
+    return total(one), total(together), [r[2] for r in one] == [r[2] for r in together]
+
+
+def test_eagle3_drafts_as_well_for_requests_at_once_as_one_at_a_time(
+    upstream_artifact: Artifact, upstream_stock_artifact: Artifact, tmp_path
+) -> None:
+    """backend-sampling-outputs: with the default backend draft sampling, stock EAGLE-3
+    drafts worse when four requests draft at once (every draft row reads the last
+    sequence's top-k candidates); patched drafts exactly as one at a time. The target
+    verifies, so outputs are the same either way."""
+    one, together, same = _eagle3_seen(upstream_stock_artifact, tmp_path)
+    assert same and one[1] > 0
+    assert together != one and together[1] / together[0] < one[1] / one[0], (one, together)
+    one, together, same = _eagle3_seen(upstream_artifact, tmp_path)
+    assert same and one[1] > 0
+    assert together == one, (one, together)

@@ -40,6 +40,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "patches status": ("llamaspec patches status --engine ik_llama.cpp --source pypi",),
     "patches export": ("llamaspec patches export exported-patches",),
     "patches import": ("llamaspec patches import exported-patches",),
+    "patches ab": (
+        "llamaspec patches ab --artifact llamacpp-cpu-7d64 --stock llamacpp-cpu-9036",
+        "llamaspec patches ab --stock llamacpp-cpu-9036434bcbf5 --scenario request-control-mixed "
+        "--repetitions 2",
+    ),
     "lock": ("llamaspec lock",),
     "bump": (
         "llamaspec bump --engine ik_llama.cpp --source-dir ik_llama.cpp.git --to latest --dry-run",

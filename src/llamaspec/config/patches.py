@@ -91,8 +91,16 @@ class Defect(Frozen):
     id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
     engine: str
     pins: tuple[FullSha, ...] = Field(min_length=1)
+    # wasted-work and ignored-field: outputs stay right, speculation costs more than it should
+    # or a documented control does nothing (what the project's upstream patches fix)
     symptom: Literal[
-        "short-output", "corrupt-output", "crash", "parallel-divergence", "quantized-divergence"
+        "short-output",
+        "corrupt-output",
+        "crash",
+        "parallel-divergence",
+        "quantized-divergence",
+        "wasted-work",
+        "ignored-field",
     ]
     targets: Literal["all", "hybrid", "quantized"] = "all"  # which targets show it
     summary: str

@@ -30,6 +30,7 @@ from rich.console import Console
 from llamaspec.engine import toolchain
 from llamaspec.engine.artifact import Artifact, load_artifact
 from llamaspec.errors import LlamaspecError, did_you_mean
+from llamaspec.models import dialects
 from llamaspec.perf import bench, bench_plans, reliability
 from llamaspec.perf.bench import BenchPlan
 from llamaspec.perf.workloads import WORKLOADS
@@ -148,29 +149,13 @@ class ArmRun:
         return self.tokens / self.wall if self.wall > 0 else 0.0
 
 
-def without_type(spec_args: Sequence[str]) -> tuple[str, ...]:
-    """Speculative arguments without `--spec-type X` (the draft model stays)."""
-    out: list[str] = []
-    skip = False
-    for a in spec_args:
-        if skip:
-            skip = False
-            continue
-        if a == "--spec-type":
-            skip = True
-            continue
-        if not a.startswith("--spec-type="):
-            out.append(a)
-    return tuple(out)
-
-
-def arm_args(p: BenchPlan, s: Scenario, arm: str) -> list[str]:
+def arm_args(p: BenchPlan, s: Scenario, arm: str, dialect: str) -> list[str]:
     """The server arguments of one arm: the recipe's plain flags with slots for the
     scenario's clients, its speculative flags (not for the plain arm), and --metrics."""
     base = bench.with_slots(p.plain_args, s.clients)
     if arm == PLAIN:
         return [*base, "--metrics"]
-    spec = without_type(p.spec_args) if s.drop_type else p.spec_args
+    spec = dialects.without_spec_type(p.spec_args, dialect) if s.drop_type else p.spec_args
     return [*base, *spec, "--metrics"]
 
 
@@ -243,6 +228,7 @@ def measure(
     """Run every scenario `repetitions` times on both builds (and plain where asked); the
     report's JSON form (patch_ab_report writes it)."""
     check_pair(patched, stock)
+    dialect = dialects.dialect_for(patched, console.print)
     plans: dict[str, BenchPlan] = {}
     for s in scenarios:
         if s.recipe not in plans:
@@ -267,7 +253,7 @@ def measure(
                 order = arms[s.name] if rep % 2 == 0 else arms[s.name][::-1]
                 for arm in order:
                     progress.update(task, description=f"{s.name}: {arm} ({rep + 1})")
-                    args = arm_args(plans[s.recipe], s, arm)
+                    args = arm_args(plans[s.recipe], s, arm, dialect)
                     log = logs / f"{s.name}-{arm}-{rep + 1}.log"
                     runs[(s.name, arm)].append(_sample(by_arm[arm], args, s, log))
                     progress.advance(task)
@@ -282,7 +268,7 @@ def measure(
         before_from,
     )
     rows = [
-        summarize(s, {a: runs[(s.name, a)] for a in arms[s.name]}, plans[s.recipe])
+        summarize(s, {a: runs[(s.name, a)] for a in arms[s.name]}, plans[s.recipe], dialect)
         for s in scenarios
     ]
     load = reliability.load_reason(host)
@@ -332,7 +318,9 @@ def _ratios(top: Sequence[ArmRun], bottom: Sequence[ArmRun]) -> list[float]:
     return [round(a.tps / b.tps, 3) for a, b in zip(top, bottom, strict=True) if b.tps > 0]
 
 
-def summarize(s: Scenario, runs: Mapping[str, Sequence[ArmRun]], p: BenchPlan) -> dict[str, Any]:
+def summarize(
+    s: Scenario, runs: Mapping[str, Sequence[ArmRun]], p: BenchPlan, dialect: str
+) -> dict[str, Any]:
     """One scenario's row: each arm's speeds, patched ÷ stock per repetition and its median,
     the speedups over plain, and why the row is unreliable (if it is)."""
     ratios = _ratios(runs[PATCHED], runs[STOCK])
@@ -359,7 +347,7 @@ def summarize(s: Scenario, runs: Mapping[str, Sequence[ArmRun]], p: BenchPlan) -
         "goal": s.goal,
         "recipe": s.recipe,
         "traffic": [ph.describe() for ph in s.phases],
-        "commands": {arm: bench.shown(arm_args(p, s, arm)) for arm in runs},
+        "commands": {arm: bench.shown(arm_args(p, s, arm, dialect)) for arm in runs},
         "arms": {arm: _arm(samples) for arm, samples in runs.items()},
         "patched_over_stock_by_repetition": ratios,
         "patched_over_stock": round(statistics.median(ratios), 3) if ratios else None,
