@@ -29,18 +29,25 @@ def _goal(row: Mapping[str, Any]) -> str:
 def markdown(report: Mapping[str, Any]) -> str:
     rel = report["reliability"]
     p, s = report["patched"], report["stock"]
+    machine = report["machine"]
+    machine = machine.get("description", machine) if isinstance(machine, Mapping) else machine
     lines = [
         f"# Patched vs stock: {p['id']} vs {s['id']}",
         "",
         f"{report['engine']} {str(report['commit'])[:12]} ({report['backend']}), "
-        f"{report['machine']}, {report['date']}. Patched: the default build, with "
+        f"{machine}, {report['date']}. Patched: the default build, with "
         f"{', '.join(p['patches']) or 'no patch'} applied; stock: the same pin built with "
         f"`--no-default-patches`. {report['repetitions']} repetition(s), the arms in turn "
         f"(order reversed every repetition); exposure: {report['exposure']}. Measure: "
         f"{report['measure']}. Wall time of the run: {report['wall_seconds']} s.",
         "",
     ]
-    if rel["reliable"]:
+    if report["repetitions"] < 2:
+        lines.append(
+            "Reliability: **not judged**: one repetition gives no spread to judge; run "
+            "`--repetitions 3` for figures to quote."
+        )
+    elif rel["reliable"]:
         lines.append(
             "Reliability: **reliable** (patched ÷ stock per repetition within "
             f"{rel['spread_max']}× of each other; the machine was quiet enough)."
@@ -127,6 +134,8 @@ def write(report: Mapping[str, Any], out_dir: Path, console: Console) -> Path:
             f"(goal {'met' if row['goal_met'] else 'missed'}: {row['goal']})"
         )
     verdict = "reliable" if report["reliability"]["reliable"] else "UNRELIABLE"
+    if report["repetitions"] < 2:
+        verdict = "reliability not judged (one repetition)"
     made = ".json, .md and .png" if plotted else ".json and .md (no matplotlib: no plot)"
     console.print(f"patches ab: {verdict}; wrote {base}{made}")
     return base
