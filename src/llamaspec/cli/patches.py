@@ -16,7 +16,10 @@ if TYPE_CHECKING:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("patches", help="the patch catalog: status on a tree, export/import diffs")
+    p = sub.add_parser(
+        "patches",
+        help="the patch catalog: status on a tree, export/import diffs, patched vs stock (ab)",
+    )
     psub = p.add_subparsers(dest="patches_command", required=True)
     st = psub.add_parser("status", help="status of every catalog patch on an engine tree")
     options.add(st, *options.SOURCE)
