@@ -44,8 +44,17 @@ def test_the_two_builds_differ_only_by_the_project_patches(
     ours = {p.id for p in config.load_series() if p.engine == "llama.cpp" and p.state == "project"}
     assert len(ours) >= 5 and ours <= _applied(upstream_artifact)
     assert not _applied(upstream_stock_artifact)
-    for key in ("engine", "commit", "backend", "variants", "defines"):
+    for key in ("engine", "commit", "backend", "variants"):
         assert upstream_artifact.manifest[key] == upstream_stock_artifact.manifest[key], key
+
+    def defines(a: Artifact) -> dict[str, str]:
+        return {d["name"]: d["value"] for d in a.manifest["defines"]}
+
+    patched, stock = defines(upstream_artifact), defines(upstream_stock_artifact)
+    # the version stamp says how many patches a build carries; every other define is equal
+    assert patched.pop("LLAMA_BUILD_COMMIT") == f"0c1e570+{len(ours)}p"
+    assert stock.pop("LLAMA_BUILD_COMMIT") == "0c1e570"
+    assert patched == stock
 
 
 @dataclass(frozen=True)
