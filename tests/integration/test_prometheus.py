@@ -1,8 +1,9 @@
 """The rendered alert rules on a real Prometheus scraping real llama-servers (issue 45).
 
 Two servers of recipe gemma3-270m-self (the embedded model drafting for itself) run on
-loopback with /metrics: one as the recipe renders it, one with its spec type taken out, so
-it loads the draft and drafts nothing (upstream #25345). Debian's `prometheus` scrapes both
+loopback with /metrics: one as the recipe renders it, one with its spec type taken out, run
+by the stock build of the pin, so it loads the draft and drafts nothing (upstream #25345;
+the default build carries the fix, spec-type-from-plain-draft). Debian's `prometheus` scrapes both
 every second with the rules `recipe monitor` rendered (short windows and `for:` given as
 the render's own parameters) and the test asks its HTTP API what it saw and what fired:
 DraftIdle on the idle server only, requests deferred there (three requests, one slot),
@@ -137,7 +138,10 @@ def _complete(server: client.Server, n: int, **sampling: float) -> dict:
 
 
 def test_prometheus_scrapes_a_speculating_server_and_the_rendered_alerts_fire_as_they_should(
-    upstream_artifact: Artifact, tmp_path: Path, prometheus: Callable[[Path], Prom]
+    upstream_artifact: Artifact,
+    upstream_stock_artifact: Artifact,
+    tmp_path: Path,
+    prometheus: Callable[[Path], Prom],
 ) -> None:
     promtool = _tool("promtool")
     _tool("prometheus")
@@ -153,7 +157,7 @@ def test_prometheus_scrapes_a_speculating_server_and_the_rendered_alerts_fire_as
 
     with (
         client.running(binary, args, tmp_path / "good.log") as good,
-        client.running(binary, idle_args, tmp_path / "idle.log") as idle,
+        client.running(upstream_stock_artifact.server, idle_args, tmp_path / "idle.log") as idle,
     ):
         g, d = f"127.0.0.1:{good.port}", f"127.0.0.1:{idle.port}"
         out = tmp_path / "monitoring"
