@@ -11,7 +11,6 @@ from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.maint import patch_ab, patch_ab_report
 from llamaspec.maint.patch_ab import PATCHED, PLAIN, STOCK, ArmRun
-from llamaspec.models import dialects
 from llamaspec.perf.bench import BenchPlan
 
 PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -88,7 +87,7 @@ def test_arm_arguments_plain_drops_speculation_and_drop_type_drops_only_the_type
     assert plain[plain.index("-np") + 1] == "4"  # slots for the scenario's most clients
     spec = patch_ab.arm_args(plan, no_type, PATCHED, "upstream")
     assert "--spec-type" not in spec and "-md" in spec and "--spec-draft-n-max" in spec
-    assert dialects.without_spec_type(["--spec-type=ngram-mod", "-m", "x"], "upstream") == [
+    assert patch_ab.without_spec_type(["--spec-type=ngram-mod", "-m", "x"], "upstream") == [
         "-m",
         "x",
     ]

@@ -150,13 +150,29 @@ class ArmRun:
         return self.tokens / self.wall if self.wall > 0 else 0.0
 
 
+def without_spec_type(argv: Sequence[str], dialect: str) -> list[str]:
+    """`argv` without the dialect's spec-type option and its value: a draft model given so is
+    loaded, and drafted with only where the engine infers a type from it (upstream #25345)."""
+    flag = dialects.find_dialect(dialect).flags.get("spec_type")
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif flag is not None and a == flag:
+            skip = True
+        elif flag is None or not a.startswith(f"{flag}="):
+            out.append(a)
+    return out
+
+
 def arm_args(p: BenchPlan, s: Scenario, arm: str, dialect: str) -> list[str]:
     """The server arguments of one arm: the recipe's plain flags with slots for the
     scenario's clients, its speculative flags (not for the plain arm), and --metrics."""
     base = bench.with_slots(p.plain_args, s.clients)
     if arm == PLAIN:
         return [*base, "--metrics"]
-    spec = dialects.without_spec_type(p.spec_args, dialect) if s.drop_type else p.spec_args
+    spec = without_spec_type(p.spec_args, dialect) if s.drop_type else p.spec_args
     return [*base, *spec, "--metrics"]
 
 

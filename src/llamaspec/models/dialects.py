@@ -573,23 +573,6 @@ def check_against_help(cmd: ServerCommand, help_text: str, binary: str) -> None:
         )
 
 
-def without_spec_type(argv: Sequence[str], dialect: str) -> list[str]:
-    """`argv` without the dialect's spec-type option and its value (a draft model given this
-    way is what upstream #25345 is about: loaded, and drafted with only where the engine
-    infers a type from the file)."""
-    flag = find_dialect(dialect).flags.get("spec_type")
-    out: list[str] = []
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-        elif flag is not None and a == flag:
-            skip = True
-        elif flag is None or not a.startswith(f"{flag}="):
-            out.append(a)
-    return out
-
-
 def probe_dialect(engine: str, help_text: str) -> str:
     """Tell the speculative dialect from a binary's --help (for pins engines.yaml lacks)."""
     flags = help_flags(help_text)
