@@ -202,7 +202,7 @@ def check_pair(patched: Artifact, stock: Artifact) -> None:
                 "with the same options plus --no-default-patches (e.g. `llamaspec build "
                 "--no-default-patches --no-smoke`) and pass its id."
             )
-    applied = [p["id"] for p in ms.get("patches", ()) if p.get("status") == "applied"]
+    applied = _applied(stock)
     if applied:
         raise LlamaspecError(
             f"--stock {stock.id} carries patches ({', '.join(applied)}): it is not stock. "
@@ -332,7 +332,9 @@ def _arm(samples: Sequence[ArmRun]) -> dict[str, Any]:
 
 
 def _ratios(top: Sequence[ArmRun], bottom: Sequence[ArmRun]) -> list[float]:
-    return [round(a.tps / b.tps, 3) for a, b in zip(top, bottom, strict=True) if b.tps > 0]
+    """top ÷ bottom per repetition (bench's per-repetition speedup)."""
+    per = reliability.per_repetition([b.tps for b in bottom], [a.tps for a in top])
+    return [round(r, 3) for r in per]
 
 
 def summarize(
@@ -357,7 +359,7 @@ def summarize(
         for arm in (STOCK, PATCHED):
             per = _ratios(runs[arm], runs[PLAIN])
             over_plain[arm] = round(statistics.median(per), 3) if per else None
-    row: dict[str, Any] = {
+    return {
         "name": s.name,
         "patch": s.patch,
         "question": s.question,
@@ -371,8 +373,8 @@ def summarize(
         "spread": round(spread, 3) if spread is not None else None,
         "over_plain": over_plain,
         "reasons": reasons,
+        "goal_met": goal_met(s, runs),
     }
-    return {**row, "goal_met": goal_met(s, runs)}
 
 
 def goal_met(s: Scenario, runs: Mapping[str, Sequence[ArmRun]]) -> bool:
