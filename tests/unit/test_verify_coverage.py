@@ -101,3 +101,47 @@ def test_a_family_the_build_cannot_load_is_refused_before_anything_is_written() 
     assert "draft-mtp is not in this binary" in str(
         registry.runnable(registry.BY_NAME["mtp"], "llama.cpp", "upstream", no_mtp)
     )
+
+
+def test_each_row_and_each_served_model_names_its_architecture(tmp_path: Path) -> None:
+    both = [("sequential", "identical"), ("parallel", "identical")]
+    reports = [
+        _report("hybrid", _result("ngram-mod", both)),
+        _report("qwen35moe-mtp", _result("mtp", both, 20, 7)),
+        _report("eagle3", _result("eagle3", [("sequential", "identical")])),
+    ]
+    cov = coverage.coverage("a-1", "llama.cpp", "upstream", UPSTREAM, reports, {})
+    rows = {r.engine_type: r for r in cov.rows}
+    assert rows["draft-mtp"].arch == "qwen35moe" and rows["draft-mtp"].covered
+    assert rows["ngram-mod"].arch == "qwen35, draft qwen35"
+    assert rows["draft-eagle3"].arch == "llama, draft eagle3" and not rows["draft-eagle3"].covered
+    assert rows["draft-dflash"].arch == ""  # nothing ran it
+    served = {s.model: s for s in cov.served}
+    assert list(served) == ["hybrid (hybrid.gguf)", "qwen35moe-mtp (qwen35moe-mtp.gguf)",
+                            "eagle3 (eagle3.gguf)"]  # fmt: skip
+    moe = served["qwen35moe-mtp (qwen35moe-mtp.gguf)"]
+    assert (moe.arch, moe.methods, moe.accepted, moe.drafted) == ("qwen35moe", ("mtp",), 7, 20)
+    assert moe.identical == {"sequential": "1/1", "parallel": "1/1"} and moe.passed
+    md = coverage.write(cov, tmp_path).read_text()
+    assert "| `draft-mtp` | yes | qwen35moe-mtp (qwen35moe-mtp.gguf) | qwen35moe | mtp |" in md
+    assert "| qwen35moe-mtp (qwen35moe-mtp.gguf) | qwen35moe | mtp | 1/1, 1/1 | 7/20 | yes |" in md
+    data = json.loads((tmp_path / "verify-a-1-coverage.json").read_text())
+    assert data["served"][1]["arch"] == "qwen35moe"
+    assert coverage.architecture("embedded-defaults") == "gemma3, draft gemma3"
+    assert coverage.architecture("recipe-x-oracle") == ""
+
+
+def test_every_family_declares_the_architectures_its_files_have() -> None:
+    """The table's architecture is the registry's word: it must be what the writer writes."""
+    import importlib
+
+    from gguf import GGUFReader
+
+    def arch(path) -> str:
+        return GGUFReader(str(path)).fields["general.architecture"].contents()
+
+    for f in registry.FAMILIES:
+        module = importlib.import_module(f"llamaspec.proof.refmodels.{f.module}")
+        ref = getattr(module, f.func)()
+        assert arch(ref.target) == f.arch, f.name
+        assert (arch(ref.draft) if ref.draft else "") == f.draft_arch, f.name

@@ -4,14 +4,16 @@ The rows are what the build's `--help` lists under `--spec-type` (less `none`), 
 types its dialect turns on another way (ik_llama.cpp: a draft with `-md`, MTP with `-mtp`).
 A type is covered when a single-type method of the strict tier drafted, had drafts
 accepted, and every output was token-identical, sequential and on parallel slots; any other
-row says why not. Nothing the build offers is left out.
+row says why not. Nothing the build offers is left out. Each row, and a second table of
+every reference model the run served, names the model's architecture (its target's
+`general.architecture`, and its draft's).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -20,9 +22,23 @@ from rich.table import Table
 from llamaspec.models import dialects
 from llamaspec.models.methods import KNOWN
 from llamaspec.models.server_help import help_flags, spec_type_choices
+from llamaspec.proof.refmodels import registry
 from llamaspec.proof.verify_report import MethodResult, VerifyReport
 
 MODES = ("sequential", "parallel")
+# the built-in models that are no registry family: (target, draft) architectures. embedded:
+# the F32 copy of the embedded Gemma 3 model, its own draft; hybrid: two random qwen35
+# hybrids (test-llama-archs' for llama.cpp, hybrid_gguf's for ik_llama.cpp)
+BUILT_IN_ARCHS = {"embedded": ("gemma3", "gemma3"), "hybrid": ("qwen35", "qwen35")}
+
+
+def architecture(tag: str) -> str:
+    """The architecture of the model a report tagged `tag` served: `target` or
+    `target, draft DRAFT`; "" for a model verify did not make (a recipe's, a user's)."""
+    name = tag.removesuffix("-defaults")
+    family = registry.BY_NAME.get(name)
+    arch, draft = (family.arch, family.draft_arch) if family else BUILT_IN_ARCHS.get(name, ("", ""))
+    return f"{arch}, draft {draft}" if draft else arch
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,20 @@ class Row:
     drafted: int = 0
     accepted: int = 0
     why: str = ""  # why not covered
+    arch: str = ""  # the model's architecture (`architecture`)
+
+
+@dataclass(frozen=True)
+class Served:
+    """One reference model the strict run served, with its architecture and its results."""
+
+    model: str  # `tag (file)`
+    arch: str
+    methods: tuple[str, ...]
+    identical: Mapping[str, str]  # mode → "10/10", over its methods
+    drafted: int
+    accepted: int
+    passed: bool
 
 
 @dataclass(frozen=True)
@@ -45,6 +75,7 @@ class Coverage:
     artifact_id: str
     engine: str
     rows: tuple[Row, ...]
+    served: tuple[Served, ...] = ()
 
     @property
     def uncovered(self) -> list[Row]:
@@ -114,6 +145,8 @@ def coverage(
 ) -> Coverage:
     """Rows for every offered type from the strict `reports`; `not_run`: why a type's
     reference model did not run (llamaspec type → reason), for types no report has."""
+    strict = [r for r in reports if r.tier == "strict"]
+    archs = {f"{r.tag} ({r.model})": architecture(r.tag) for r in strict}
     rows = []
     for name, specs in offered_types(dialect, help_text):
         methods = {SINGLE[s] for s in specs if s in SINGLE}
@@ -129,8 +162,27 @@ def coverage(
         why = [not_run[s] for s in specs if s in not_run]
         if not found and why:
             row = Row(name, spec, False, why="; ".join(why))
-        rows.append(row)
-    return Coverage(artifact_id, engine, tuple(rows))
+        rows.append(replace(row, arch=archs.get(row.model, "")))
+    return Coverage(artifact_id, engine, tuple(rows), tuple(_served(strict)))
+
+
+def _served(reports: Sequence[VerifyReport]) -> list[Served]:
+    out = []
+    for r in reports:
+        ran = [m for m in r.methods if m.skipped is None]
+        identical = {
+            mode: f"{sum(m.count('identical', mode) for m in ran)}/"
+            f"{sum(1 for m in ran for c in m.cases if c.mode == mode)}"
+            for mode in MODES
+            if any(c.mode == mode for m in ran for c in m.cases)
+        }
+        out.append(
+            Served(
+                f"{r.tag} ({r.model})", architecture(r.tag), tuple(m.method for m in ran),
+                identical, sum(m.drafted for m in ran), sum(m.accepted for m in ran), r.passed,
+            )
+        )  # fmt: skip
+    return out
 
 
 def markdown(cov: Coverage) -> str:
@@ -141,16 +193,36 @@ def markdown(cov: Coverage) -> str:
         "strict` covered it: drafts accepted and every output token-identical to plain decoding, "
         "sequential and on parallel slots, on an F32 reference model.",
         "",
-        "| type | covered | model | method | identical (seq, par) | accepted / drafted | why not |",
-        "|---|---|---|---|---|---|---|",
+        "| type | covered | model | architecture | method | identical (seq, par) "
+        "| accepted / drafted | why not |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in cov.rows:
         ident = ", ".join(f"{v}" for v in (r.identical or {}).values())
         acc = f"{r.accepted}/{r.drafted}" if r.drafted else ""
         lines.append(
-            f"| `{r.engine_type}` | {'yes' if r.covered else '**no**'} | {r.model} | {r.method} "
-            f"| {ident} | {acc} | {r.why} |"
+            f"| `{r.engine_type}` | {'yes' if r.covered else '**no**'} | {r.model} | {r.arch} "
+            f"| {r.method} | {ident} | {acc} | {r.why} |"
         )
+    if cov.served:
+        lines += [
+            "",
+            "## Reference models served",
+            "",
+            "Every model of the strict run, its architecture, and its outputs over all of its "
+            "methods.",
+            "",
+            "| model | architecture | methods | identical (seq, par) | accepted / drafted "
+            "| passed |",
+            "|---|---|---|---|---|---|",
+        ]
+        for m in cov.served:
+            ident = ", ".join((m.identical or {}).values())
+            acc = f"{m.accepted}/{m.drafted}" if m.drafted else ""
+            lines.append(
+                f"| {m.model} | {m.arch} | {', '.join(m.methods)} | {ident} | {acc} "
+                f"| {'yes' if m.passed else '**no**'} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -168,9 +240,9 @@ def write(cov: Coverage, out_dir: Path) -> Path:
 
 def print_table(cov: Coverage, console: Console) -> None:
     t = Table(title=f"speculation types covered (strict tier): {cov.artifact_id}")
-    for col in ("type", "covered", "model", "accepted/drafted", "why not"):
+    for col in ("type", "covered", "model", "architecture", "accepted/drafted", "why not"):
         t.add_column(col)
     for r in cov.rows:
         acc = f"{r.accepted}/{r.drafted}" if r.drafted else ""
-        t.add_row(r.engine_type, "yes" if r.covered else "no", r.model, acc, r.why)
+        t.add_row(r.engine_type, "yes" if r.covered else "no", r.model, r.arch, acc, r.why)
     console.print(t)

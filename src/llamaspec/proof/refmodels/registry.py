@@ -29,34 +29,52 @@ class Family:
     engines: tuple[str, ...]  # the engines whose pinned loaders take it
     types: tuple[str, ...]  # what its methods exercise (models.methods.methods_for)
     what: str  # one line for help texts and the coverage table
+    arch: str = ""  # the target's general.architecture (the coverage table names it)
+    draft_arch: str = ""  # the draft file's, where the pair has one
 
 
 UPSTREAM = ("llama.cpp",)
 FAMILIES: tuple[Family, ...] = (
     Family(
-        name="mtp", module="mtp", func="pair", engines=UPSTREAM, types=("mtp",),
+        name="mtp", module="mtp", func="pair", engines=UPSTREAM, types=("mtp",), arch="hy_v3",
         what="a random-weight hy_v3 target with an MTP (NextN) layer; its own head drafts",
     ),
     Family(
         name="gemma4", module="gemma4", func="pair", engines=UPSTREAM, types=("assistant",),
+        arch="gemma4", draft_arch="gemma4-assistant",
         what="a random-weight Gemma 4 target and its assistant drafter (draft-mtp with -md)",
     ),
     Family(
         name="eagle3", module="eagle3", func="pair", engines=UPSTREAM, types=("eagle3",),
+        arch="llama", draft_arch="eagle3",
         what="a random-weight llama target and an EAGLE-3 draft reading its hidden states",
     ),
     Family(
         name="dflash", module="dflash", func="pair", engines=UPSTREAM, types=("dflash",),
+        arch="llama", draft_arch="dflash",
         what="a random-weight llama target and a DFlash block drafter",
     ),
     Family(
         name="dspark", module="dflash", func="dspark_pair", engines=UPSTREAM, types=("dspark",),
+        arch="llama", draft_arch="dflash",
         what="the DFlash target and a DSpark drafter (a DFlash backbone with a Markov head)",
     ),
     Family(
         name="glm4moe-mtp", module="glm4moe", func="pair",
-        engines=("ik_llama.cpp", "llama.cpp"), types=("mtp",),
+        engines=("ik_llama.cpp", "llama.cpp"), types=("mtp",), arch="glm4moe",
         what="a random-weight GLM-4.5-style (glm4moe) target with an MTP (NextN) layer",
+    ),
+    Family(
+        name="qwen35-mtp", module="qwen35", func="pair", engines=UPSTREAM, types=("mtp",),
+        arch="qwen35",
+        what="a random-weight Qwen3.6-27B-style dense hybrid (qwen35: gated delta net + "
+        "attention) with an MTP (NextN) layer; recurrent-state rollback on every rejection",
+    ),
+    Family(
+        name="qwen35moe-mtp", module="qwen35", func="moe_pair", engines=UPSTREAM, types=("mtp",),
+        arch="qwen35moe",
+        what="a random-weight Qwen3.5/3.6-style MoE hybrid (qwen35moe: gated delta net + "
+        "attention + experts) with an MTP (NextN) layer",
     ),
 )  # fmt: skip
 BY_NAME = {f.name: f for f in FAMILIES}
