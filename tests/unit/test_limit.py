@@ -1,5 +1,6 @@
-"""The speculation ceiling (`llamaspec limit`): the bound's arithmetic, the fits, the rates
-the server is given, bench reports set against the ceiling, and the refusals."""
+"""The speculation ceiling (`llamaspec limit`): the arithmetic, the verification step timed on
+its own, the perfect engine of measured costs, the rates the server is given, bench reports
+set against the ceiling, and the refusals."""
 
 from __future__ import annotations
 
@@ -107,40 +108,73 @@ def test_a_round_is_priced_after_the_plain_steps_of_the_same_run() -> None:
     assert limit.round_cost(250.0, 0.0, 2) is None
 
 
-def test_c_and_the_fixed_cost_per_round_are_fitted_from_the_rounds() -> None:
-    plain = 20.0
+def test_the_summaries_of_the_steps_are_least_squares_fits() -> None:
     fixed, per_token = 6.0, 1.5
-    points = [(g, fixed + per_token * g) for g in (1, 2, 4, 8)]  # round − plain, ms
+    points = [(g, fixed + per_token * g) for g in (1, 2, 4, 8)]  # step − plain, ms
     got_fixed, got_slope = limit.fit_overhead(points)
     assert got_fixed == pytest.approx(fixed)
     assert got_slope == pytest.approx(per_token)
     # a single length: all of the extra counts as the round's fixed cost
     assert limit.fit_overhead([(4, 10.0), (4, 12.0)]) == (pytest.approx(11.0), None)
     assert limit.fit_overhead([]) == (None, None)
-    # c: one number for every γ; exact where every round costs the same per drafted token
     assert limit.fit_c([(g, 0.2) for g in (1, 2, 4, 8)]) == pytest.approx(0.2)
-    rounds = [(g, limit.round_cost(plain + e, plain, g)) for g, e in points]
-    c = limit.fit_c(rounds)
-    expected = sum(g * e / plain for g, e in points) / sum(g * g for g, _ in points)
-    assert c == pytest.approx(expected)
     assert limit.fit_c([]) is None
-    # the round cost at γ follows the line: a fixed cost weighs more on short drafts
-    fit = limit.Fit(c, fixed, per_token, plain, longest=8)
-    for g in (1, 2, 4, 8, 16):
-        assert fit.c_at(g) == pytest.approx((fixed + per_token * g) / (g * plain))
-        assert limit.round_cost(plain + fixed + per_token * g, plain, g) == pytest.approx(
-            fit.c_at(g)
-        )
-    assert limit.Fit(0.3, 5.0, None, plain).c_at(4) == 0.3  # one length: the one c
 
 
 def _sample(tokens: int, ms: float, drafts: int = 0, drafted: int = 0, accepted: int = 0):
     return Sample(tokens, tokens / (ms / 1000.0), ms / 1000.0, drafted, accepted, drafts)
 
 
-def test_a_point_from_its_samples_and_the_ratio_to_its_bound() -> None:
+def _step(gamma: int, ratios: tuple[float, ...], decode: float = 100.0) -> limit.StepCost:
+    """A step measured at `ratios` plain decodes: 10 rounds drafting γ each, all accepted."""
+    plain = [_sample(50, 50 * decode)] * (len(ratios) + 1)
+    tokens = 1 + 10 * (gamma + 1)
+    full = [_sample(tokens, 10 * r * decode, 10, 10 * gamma, 10 * gamma) for r in ratios]
+    step = limit.step_cost(gamma, plain, full)
+    assert step is not None
+    return step
+
+
+def test_the_step_is_timed_between_two_plain_decodes_and_nothing_is_fitted() -> None:
+    step = _step(4, (2.0, 2.4, 2.2))
+    assert step.ratios == pytest.approx((2.0, 2.4, 2.2))
+    assert step.ratio == pytest.approx(2.2) and (step.low, step.high) == (2.0, 2.4)
+    assert step.c == pytest.approx((2.2 - 1) / 4)
+    assert step.spread == pytest.approx(0.4 / 2.2)
+    # each step against the mean of the plain decodes around it: a drift between the two
+    # plain samples is split, not charged to the step
+    plain = [_sample(50, 50 * 100.0), _sample(50, 50 * 140.0)]
+    full = [_sample(51, 10 * 240.0, 10, 40, 40)]
+    assert limit.step_cost(4, plain, full).ratio == pytest.approx(2.0)
+    # without the plain sample after it: the one before
+    assert limit.step_cost(4, plain[:1], full).ratio == pytest.approx(2.4)
+    # r between lengths is linear in γ + 1, with r(1) = 1 (a plain decode)
+    steps = [_step(2, (1.5,)), _step(4, (2.0,))]
+    assert limit.step_ratio(steps, 2) == pytest.approx(1.5)
+    assert limit.step_ratio(steps, 3) == pytest.approx(1.75)
+    assert limit.step_ratio([_step(4, (2.0, 3.0, 2.5))], 4, "low") == pytest.approx(2.0)
+    assert limit.step_ratio([], 4) is None
+    # a step whose run never drafted is no measurement
+    assert limit.step_cost(4, plain, [_sample(51, 5100.0)]) is None
+
+
+def test_the_perfect_engine_prices_each_step_of_the_run_at_the_measured_costs() -> None:
+    # 40 tokens after the first: 10 rounds of 4 drafted, 20 accepted; 10 plain steps
+    assert limit.perfect_speedup(40, 10, 40, 20, 2.0, 0.0) == pytest.approx(40 / (10 + 20))
+    # the draft's cost per drafted token
+    assert limit.perfect_speedup(40, 10, 40, 20, 2.0, 0.25) == pytest.approx(40 / 40)
+    assert limit.perfect_speedup(0, 0, 0, 0, 2.0, 0.0) is None
+    # every step drafted: the closed form S(α, γ, c_γ) with c_γ = (r − 1) ÷ γ
+    a, g, r = 0.7, 4, 2.2
+    rounds = 1000
+    length = limit.mean_length(a, g)
+    got = limit.perfect_speedup(rounds * length, rounds, rounds * g, rounds * (length - 1), r, 0)
+    assert got == pytest.approx(limit.bound(a, g, (r - 1) / g))
+
+
+def test_a_point_from_its_samples_and_its_ceiling() -> None:
     plain = [_sample(51, 5100.0), _sample(51, 5100.0)]  # 100 ms a token
-    # γ = 4, c = 0.25: a round is 200 ms; L = 2.5 tokens a round; every step drafted
+    # γ = 4: a round is 200 ms; L = 2.5 tokens a round; every step drafted
     spec = [_sample(51, 20 * 200.0, drafts=20, drafted=80, accepted=30)] * 2
     p = limit.point(0.5, 4, plain, spec)
     assert p.rates == limit.synth_rates(0.5, 4)
@@ -148,35 +182,54 @@ def test_a_point_from_its_samples_and_the_ratio_to_its_bound() -> None:
     assert p.round_ms == pytest.approx(200.0)
     assert p.c == pytest.approx(0.25)
     assert p.mean_length == pytest.approx(2.5)
+    # two acceptances: per drafted token, and the block mean through the geometric formula
+    assert p.alpha_per_token == pytest.approx(30 / 80)
     assert limit.mean_length(p.measured_alpha, 4) == pytest.approx(2.5, abs=1e-3)
+    assert p.measured_alpha > p.alpha_per_token
     assert p.coverage == pytest.approx(1.0)
     assert p.speedup == pytest.approx((51 / 4.0) / (51 / 5.1))
+    assert p.speedup_low == pytest.approx(p.speedup)
     # with plain steps in the run: they cost a plain decode, the round stays 200 ms
     mixed = limit.point(0.5, 4, plain, [_sample(65, 14 * 100.0 + 20 * 200.0, 20, 80, 30)])
     assert mixed.round_ms == pytest.approx(200.0)
     assert mixed.coverage == pytest.approx(50 / 64, abs=1e-3)
-    fit = limit.fitted([p])
-    assert fit.c == pytest.approx(0.25) and fit.c_at(4) == fit.c
-    assert fit.overhead_ms == pytest.approx(100.0) and fit.per_token_ms is None
-    assert fit.plain_ms == pytest.approx(100.0) and fit.longest == 4
-    [bounded] = limit.with_bounds([p], fit)
-    assert bounded.bound == pytest.approx(2.5 / 2.0, abs=1e-3)
-    assert bounded.over_bound == pytest.approx(p.speedup / bounded.bound, abs=1e-3)
-    # no drafted round: no c, no bound
+    # the step measured at 2 plain decodes (1.8 at its cheapest): the run's rounds cost the
+    # same, so the point sits on its ceiling, not above it
+    step = _step(4, (1.8, 2.0, 2.2))
+    [at] = limit.with_ceilings([p], [step])
+    assert at.ceiling == pytest.approx(50 / (20 * 2.0), abs=1e-3)
+    assert at.ceiling_high == pytest.approx(50 / (20 * 1.8), abs=1e-3)
+    assert at.over_ceiling == pytest.approx(p.speedup / at.ceiling, abs=1e-3)
+    assert not at.above and at.note == ""
+    # plain steps count at a plain decode in the ceiling too (not the rounds' rate)
+    [m] = limit.with_ceilings([mixed], [step])
+    assert m.ceiling == pytest.approx(64 / (14 + 20 * 2.0), abs=1e-3)
+    # a step dearer than the run's rounds: the point is above beyond noise, and says why
+    [over] = limit.with_ceilings([p], [_step(4, (2.6, 2.7, 2.8))])
+    assert over.above and "below the fully accepted step" in over.note
+    # no drafted round, or no step measured: no ceiling
     dry = limit.point(0.0, 2, plain, [_sample(51, 5100.0)])
     assert dry.round_ms is None and dry.c is None and dry.measured_alpha is None
-    assert limit.with_bounds([dry], limit.Fit(0.3, None, None, 100.0)) == (dry,)
+    assert limit.with_ceilings([dry], [step]) == (dry,)
+    assert limit.with_ceilings([p], []) == (p,)
 
 
 # ---------------------------------------------------------------- bench reports
 
 
 def _bench(draft_cost: float | None = 0.1) -> dict:
-    summary = {"speedup": 1.5, "drafts": 10, "drafted": 40, "accepted": 20}
+    summary = {
+        "speedup": 1.0,
+        "speedup_by_repetition": [0.95, 1.0],
+        "tokens": 62,
+        "drafts": 10,
+        "drafted": 40,
+        "accepted": 20,
+    }
     return {
         "recipe": "r",
         "workloads": [
-            {"workload": "copy", "concurrency": 1, "summary": summary},
+            {"workload": "copy", "concurrency": 1, "summary": summary, "spec": [{}, {}]},
             {"workload": "copy", "concurrency": 4, "summary": summary},
             {"workload": "qa", "concurrency": 1, "summary": {**summary, "drafts": None}},
         ],
@@ -184,25 +237,43 @@ def _bench(draft_cost: float | None = 0.1) -> dict:
     }
 
 
-def test_a_recipes_speedup_over_the_ceiling_at_its_acceptance_and_draft_cost() -> None:
-    rows = limit.recipe_ceilings("bench-r.json", _bench(), limit.Fit(0.2, None, None, 10.0, 8))
+def test_a_recipes_speedup_over_the_ceiling_at_its_counts_and_draft_cost() -> None:
+    steps = [_step(4, (1.8, 2.0, 2.2))]
+    rows = limit.recipe_ceilings("bench-r.json", _bench(), steps)
     assert [(r.workload, r.note == "") for r in rows] == [("copy", True), ("qa", False)]
     copy = rows[0]
     assert copy.length == pytest.approx(4.0)
+    assert copy.alpha_per_token == pytest.approx(0.5)
     assert limit.mean_length(copy.acceptance, 4) == pytest.approx(3.0, abs=1e-3)
-    assert copy.ceiling == pytest.approx(3.0 / (1 + 4 * 0.3), abs=1e-3)
-    assert copy.ratio == pytest.approx(1.5 / (3.0 / 2.2), abs=1e-3)
+    # 62 tokens over 2 requests: 60 after each first; 10 rounds, 30 plain steps
+    assert copy.step_ratio == pytest.approx(2.0)
+    assert copy.ceiling == pytest.approx(60 / (30 + 10 * 2.0 + 0.1 * 40), abs=1e-3)
+    assert copy.ceiling_high == pytest.approx(60 / (30 + 10 * 1.8 + 0.1 * 40), abs=1e-3)
+    assert copy.ratio == pytest.approx(1.0 / copy.ceiling, abs=1e-3)
+    assert copy.speedup_low == 0.95 and not copy.above
+    # faster in every repetition than the ceiling at the cheapest step: above, and why
+    fast = _bench()
+    fast["workloads"][0]["summary"] = {
+        **fast["workloads"][0]["summary"],
+        "speedup": 1.5,
+        "speedup_by_repetition": [1.4, 1.5],
+    }
+    [above, _] = limit.recipe_ceilings("bench-r.json", fast, steps)
+    assert above.above and "beyond noise" in above.note
     assert "drafts" in rows[1].note and rows[1].ratio is None
     assert not copy.extrapolated
-    # with a line: c at the report's γ; a γ past the longest draft swept is marked
-    line = limit.Fit(0.5, 2.0, 1.0, 10.0, longest=2)
-    [far, _] = limit.recipe_ceilings("bench-r.json", _bench(), line)
+    # a γ past the longest step measured is marked
+    [far, _] = limit.recipe_ceilings("bench-r.json", _bench(), [_step(2, (1.5,))])
     assert far.extrapolated
-    assert far.ceiling == pytest.approx(3.0 / (1 + 4 * ((2.0 + 4.0) / 40.0 + 0.1)), abs=1e-3)
+    # the lengths to time around each workload's mean draft length
+    report = _bench()
+    report["workloads"][0]["summary"] = {**report["workloads"][0]["summary"], "drafted": 45}
+    assert limit.recipe_lengths([report]) == {4, 5}
+    assert limit.recipe_lengths([_bench()]) == {4}
 
 
 def test_a_speedup_its_bench_report_distrusts_is_marked_against_the_ceiling() -> None:
-    fit = limit.Fit(0.2, None, None, 10.0, 8)
+    steps = [_step(4, (2.0,))]
     loaded = {
         **_bench(),
         "reliability": {
@@ -211,22 +282,22 @@ def test_a_speedup_its_bench_report_distrusts_is_marked_against_the_ceiling() ->
             "flagged": [{"workload": "copy", "concurrency": 1}],
         },
     }
-    [copy, _qa] = limit.recipe_ceilings("b.json", loaded, fit)
+    [copy, _qa] = limit.recipe_ceilings("b.json", loaded, steps)
     assert copy.unreliable and copy.ratio is not None
-    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(), fit)  # no verdict: trusted
+    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(), steps)  # no verdict: trusted
     assert not copy.unreliable
-    report = replace(_report(), recipes=tuple(limit.recipe_ceilings("b.json", loaded, fit)))
+    report = replace(_report(), recipes=tuple(limit.recipe_ceilings("b.json", loaded, steps)))
     md = limit_report.markdown(report.to_json())
     assert "unreliable bench |" in md
 
 
 def test_a_bench_report_without_a_field_says_which() -> None:
-    fit = limit.Fit(0.2, None, None, 10.0, 8)
-    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(None), fit)
+    steps = [_step(4, (2.0,))]
+    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(None), steps)
     assert copy.ratio is None and "draft_cost_ratio" in copy.note
-    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(), limit.Fit(None, None, None, None))
-    assert "the sweep's c" in copy.note
-    [empty] = limit.recipe_ceilings("b.json", {"recipe": "r", "workloads": []}, fit)
+    [copy, _qa] = limit.recipe_ceilings("b.json", _bench(), [])
+    assert "measured steps" in copy.note
+    [empty] = limit.recipe_ceilings("b.json", {"recipe": "r", "workloads": []}, steps)
     assert "workloads" in empty.note
 
 
@@ -327,8 +398,8 @@ def _report() -> limit.LimitReport:
         limit.point(0.0, 2, plain, [_sample(51, 50 * 150.0, 50, 100, 0)]),
         limit.point(0.9, 2, plain, [_sample(51, 18 * 150.0, 18, 36, 32)]),
     ]
-    fit = limit.fitted(points)
-    recipes = limit.recipe_ceilings("bench-r.json", _bench(), fit)
+    steps = [_step(2, (1.4, 1.5, 1.6))]
+    c, fixed, per_token = limit.described(steps)
     return limit.LimitReport(
         artifact_id="llamacpp-cpu-x",
         engine="llama.cpp",
@@ -339,35 +410,51 @@ def _report() -> limit.LimitReport:
         model="m.gguf",
         plan=limit.LimitPlan(alphas=(0.0, 0.9), lengths=(2,), repetitions=1, tokens=51),
         commands={"plain": "llama-server -m m.gguf"},
-        points=limit.with_bounds(points, fit),
-        c=fit.c,
-        overhead_ms=fit.overhead_ms,
-        per_token_ms=fit.per_token_ms,
-        plain_ms_per_token=fit.plain_ms,
-        recipes=tuple(recipes),
+        points=limit.with_ceilings(points, steps),
+        steps=tuple(steps),
+        c=c,
+        overhead_ms=fixed,
+        per_token_ms=per_token,
+        plain_ms_per_token=100.0,
+        recipes=tuple(limit.recipe_ceilings("bench-r.json", _bench(), steps)),
     )
 
 
 def test_the_report_is_written_as_json_markdown_and_a_plot(tmp_path: Path) -> None:
     report = _report()
-    assert report.c == pytest.approx(0.25)  # 150 ms rounds over 100 ms decodes, γ = 2
+    assert report.c == pytest.approx(0.25)  # a step of 1.5 plain decodes at γ = 2
     assert report.overhead_ms == pytest.approx(50.0)
-    assert report.fit == limit.fitted(report.points)
     console = Console(record=True, width=220)
     stem = limit_report.write(report, tmp_path, console)
     data = json.loads(stem.with_suffix(".json").read_text())
     assert data["c"] == pytest.approx(0.25) and data["overhead_ms"] == pytest.approx(50.0)
     assert [p["alpha"] for p in data["points"]] == [0.0, 0.9]
-    assert data["points"][0]["bound"] == pytest.approx(1 / 1.5, abs=1e-3)
+    assert data["steps"][0]["ratio"] == pytest.approx(1.5) and data["steps"][0]["c"] == 0.25
+    assert data["noise"]["step"] == pytest.approx(0.2 / 1.5, abs=1e-3)
+    # α = 0: 50 rounds of 1.5 decodes for 50 tokens; every round 150 ms, as the step
+    assert data["points"][0]["ceiling"] == pytest.approx(1 / 1.5, abs=1e-3)
+    assert data["above"] == 0
     md = stem.with_suffix(".md").read_text()
-    assert "S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1))" in md
-    assert "fixed cost per verification round 50.00 ms" in md
+    assert "S(α, γ, c_γ) = (1 − α^(γ+1)) / ((1 − α)(γ c_γ + 1))" in md
+    assert "nothing is fitted" in md and "beyond noise" in md
+    assert "## The verification step, timed on its own" in md
     assert "Shipped recipes against the ceiling" in md and "missing: drafts" in md
     assert md == limit_report.markdown(data)
     out = console.export_text()
     assert "speculation ceiling" in out and "limit: wrote" in out
     pytest.importorskip("matplotlib")
     assert stem.with_suffix(".png").stat().st_size > 0
+
+
+def test_a_point_above_its_ceiling_is_counted_and_explained_in_the_report() -> None:
+    plain = [_sample(51, 5100.0)]
+    fast = limit.point(0.9, 2, plain, [_sample(51, 18 * 120.0, 18, 36, 32)])
+    report = replace(_report(), points=limit.with_ceilings([fast], [_step(2, (1.5,))]))
+    data = report.to_json()
+    assert data["above"] == 1
+    md = limit_report.markdown(data)
+    assert "1 of 1 points measured above their ceiling at the median step, 1 beyond noise" in md
+    assert "**above beyond noise**" in md and "Rows above their ceiling beyond noise" in md
 
 
 def test_a_missing_bench_report_is_named(tmp_path: Path) -> None:

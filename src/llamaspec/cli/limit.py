@@ -1,6 +1,6 @@
 """`llamaspec limit`: the engine's speculation ceiling, synthetic acceptance α × draft
-length swept against the bound S(α, γ, c) (perf/limit.py), with shipped recipes' bench
-reports set against it."""
+length swept against a perfect engine of the verification costs measured on their own
+(perf/limit.py), with shipped recipes' bench reports set against it."""
 
 from __future__ import annotations
 
@@ -45,14 +45,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "limit",
         help="the engine's speculation ceiling: synthetic acceptance × draft length against "
-        "the bound S(α, γ, c)",
-        description="Sweep synthetic acceptance α × draft length γ on a built server (a free\n"
-        "n-gram draft whose tokens a coin accepts: upstream's --spec-synth-rates,\n"
-        "benchmarking only), plain decoding taking turns, and report the measured speedup\n"
-        "beside the bound S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1)) with c fitted\n"
-        "from the measurement, the fixed cost per verification round it implies, and a\n"
-        "plot. With --bench, each bench report's speedup ÷ the ceiling at its own\n"
-        "acceptance, draft length and draft cost.",
+        "a perfect engine of measured costs",
+        description="Time the verification step of each draft length γ on its own (drafts of\n"
+        "γ tokens, all accepted, between plain decodes), then sweep synthetic acceptance\n"
+        "α × γ on the same server (a free n-gram draft whose tokens a coin accepts:\n"
+        "upstream's --spec-synth-rates, benchmarking only), plain decoding taking turns.\n"
+        "Each point's ceiling is the speedup a perfect engine of those measured costs\n"
+        "gives over the point's own counts; the report flags any point above it beyond\n"
+        "the measured noise, with acceptance per drafted token and as the block mean, and\n"
+        "a plot. With --bench, each bench report's speedup ÷ the ceiling at its own\n"
+        "counts, draft length and draft cost.",
     )
     shared.add_artifact_args(p)
     p.add_argument(

@@ -5,8 +5,9 @@ workloads (the fixed benchmark workloads), bench (plain vs speculative runs), be
 be trusted: the verdict a bench or tune report prints instead of a headline), bench_plans
 (a recipe rendered for a build and split into plain and speculative arguments: a catalog
 recipe's or an ad-hoc one; bench, tune and draft measure start from one), costmodel
-(predicted speedup from measured costs), limit and limit_report (the engine's speculation
-ceiling: synthetic acceptance swept against the bound, and its report), tune (the sweep →
+(predicted speedup from measured costs), limit, ceiling and limit_report (the engine's
+speculation ceiling: synthetic acceptance swept against a perfect engine of the verification
+costs measured on their own, its arithmetic, and its report), tune (the sweep →
 a tuned recipe), tune_report (its frozen results, state file, ranking and report),
 portable (portable vs native builds), draft_measure (`draft find --measure`), netlab and
 rpcstudy (the RPC latency study across network namespaces), monitoring (a recipe's

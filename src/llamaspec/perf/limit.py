@@ -1,32 +1,30 @@
-"""The engine's speculation ceiling: synthetic acceptance swept against the bound.
+"""The engine's speculation ceiling: synthetic acceptance swept against a perfect engine.
 
 With a free draft (an n-gram lookup) and acceptance decided by a coin instead of by the
 target (upstream's `--spec-synth-rates`, benchmarking only: its output is not valid), each
 position of a draft of γ tokens is accepted with probability α given the ones before it.
-A round then emits on average
+A round then emits on average L(α, γ) = (1 − α^(γ+1)) / (1 − α) tokens (the accepted ones
+and the target's own).
 
-    L(α, γ) = (1 − α^(γ+1)) / (1 − α)
+The ceiling is not fitted to those runs. For every draft length γ, the verification step
+itself is timed on its own, as plain decodes are: a server whose every round drafts exactly
+γ tokens and accepts them all (`step_cost`), taking turns with the plain server, so that
+r(γ + 1) = that round's time ÷ the plain decode timed just before it. A perfect engine of
+those measured costs spends a plain decode on each step without a draft and r(g + 1) plain
+decodes (plus the draft's own cost) on each drafted round of g tokens; over a run's own
+counts its speedup is
 
-tokens (the accepted ones and the target's own), and if a round costs (γc + 1) plain
-decodes, the speedup is at most
+    ceiling = emitted tokens / (plain steps + Σ r(g + 1) + draft cost × drafted tokens),
 
-    S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1)).
+which at full coverage is S(α, γ, c_γ) = L(α, γ) / (γ c_γ + 1) with c_γ = (r(γ + 1) − 1) ÷ γ
+measured per length. A point is above its ceiling beyond noise when its lowest
+per-repetition speedup exceeds the ceiling at the cheapest repetition of the step; the
+report says so and why. Acceptance is given both ways: per drafted token (accepted ÷
+drafted) and the block mean (the α whose L(α, γ) is the measured tokens per round).
 
-`sweep` measures it on a built server: for every α × γ, a server whose drafts are exactly γ
-tokens (ngram-mod with n_min = n_max = γ on a copy-heavy prompt) and whose position i is
-accepted with the unconditional probability α^(i+1), beside a plain server, the two taking
-turns. From each configuration's timings it takes the time of a drafted round (steps
-without a draft are priced as plain decodes), the acceptance α̂ that its measured L implies,
-and the round's cost over a plain decode; `c` is fitted to all of them (least squares
-through the origin of round ÷ plain − 1 against γ), and a line through (γ, round − plain
-decode, in ms) gives the fixed cost of a verification round (its intercept) and the cost
-per drafted token (its slope). Each point's measured speedup is then set beside
-S(α̂, γ, c at γ): the line's cost at γ where more than one length was swept (a fixed cost
-weighs on short drafts more), else the one c.
-
-`recipe_ceilings` reads bench reports (perf.bench_report's JSON) and divides each
-workload's measured speedup by the ceiling at its own acceptance, draft length and draft
-cost: S(α̂, γ, c at γ + the draft's cost). perf.limit_report writes the report.
+`recipe_ceilings` sets bench reports (perf.bench_report's JSON) against the same measured
+steps, at each workload's own draft length, counts and draft cost (the bench cost model's
+`draft_cost_ratio`). perf.limit_report writes the report.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ import datetime as dt
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +46,26 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.models.server_help import help_flags
 from llamaspec.perf import bench
-from llamaspec.perf.bench_report import Sample, unreliable_cells
+from llamaspec.perf.bench_report import Sample
+from llamaspec.perf.ceiling import (
+    RecipeCeiling,
+    StepCost,
+    alpha_for_length,
+    bound,
+    fit_c,
+    fit_overhead,
+    mean_length,
+    perfect_speedup,
+    read_bench,
+    recipe_ceilings,
+    recipe_lengths,
+    round_cost,
+    round_ms,
+    rounded,
+    sample_ms,
+    step_cost,
+    step_ratio,
+)
 from llamaspec.perf.workloads import WORKLOADS, Workload
 from llamaspec.progress import bar
 from llamaspec.runtime.client import running, server_help
@@ -57,6 +74,8 @@ DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.7, 0.8, 0.9, 0.95)
 DEFAULT_LENGTHS = (1, 2, 4, 8)
 DEFAULT_TOKENS = 64
 DEFAULT_REPETITIONS = 2
+# Repetitions of each length's verification step (its spread is the noise the report states).
+STEP_REPETITIONS = 5
 # The highest α a sweep takes: at 1 every draft is accepted and L is γ + 1 for any cost.
 MAX_ALPHA = 1.0
 # Where upstream llama.cpp gained synthetic acceptance (`--spec-synth-len`,
@@ -70,36 +89,6 @@ PROMPT = WORKLOADS["copy"].turns[0]
 # --- the arithmetic ----------------------------------------------------------------------
 
 
-def mean_length(alpha: float, gamma: float) -> float:
-    """L(α, γ): tokens a round emits on average, the target's own one included."""
-    if alpha >= 1.0:
-        return gamma + 1.0
-    return (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
-
-
-def bound(alpha: float, gamma: float, c: float) -> float:
-    """S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1)): the speedup of rounds of γ drafted
-    tokens, each accepted with probability α after the ones before it, when a round costs
-    γc + 1 plain decodes."""
-    return mean_length(alpha, gamma) / (gamma * c + 1.0)
-
-
-def alpha_for_length(length: float, gamma: float) -> float:
-    """The α whose L(α, γ) is `length` (bisection; L rises with α from 1 to γ + 1)."""
-    if length <= 1.0:
-        return 0.0
-    if length >= gamma + 1.0:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if mean_length(mid, gamma) < length:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
 def synth_rates(alpha: float, gamma: int) -> tuple[float, ...]:
     """The engine's `--spec-synth-rates` for α and γ: position i (from 0) is reached and
     accepted with the unconditional probability α^(i+1) — exactly γ values, non-increasing,
@@ -107,48 +96,6 @@ def synth_rates(alpha: float, gamma: int) -> tuple[float, ...]:
     check_alpha(alpha)
     check_length(gamma)
     return tuple(alpha ** (i + 1) for i in range(gamma))
-
-
-def round_ms(tokens: int, ms: float, drafts: int, accepted: int, plain_ms: float) -> float | None:
-    """The milliseconds of one drafted round in a run of `tokens` tokens over `ms`.
-
-    The first token comes from the prompt pass; of the rest, each drafted round emitted its
-    accepted tokens plus one, and every other token was a plain step, priced at `plain_ms`."""
-    if drafts < 1 or tokens < 2 or ms <= 0:
-        return None
-    plain_steps = max(tokens - 1 - accepted - drafts, 0)
-    return max(ms - plain_steps * plain_ms, 0.0) / drafts
-
-
-def round_cost(round_time: float, plain_ms: float, gamma: float) -> float | None:
-    """The c of one round: (round ÷ plain decode − 1) ÷ γ, so that a round is γc + 1 decodes."""
-    if plain_ms <= 0 or gamma <= 0:
-        return None
-    return (round_time / plain_ms - 1.0) / gamma
-
-
-def fit_c(rounds: Iterable[tuple[float, float]]) -> float | None:
-    """One c for (γ, c of a round at γ) pairs: the least-squares slope through the origin of
-    γc against γ, i.e. Σ γ²c ÷ Σ γ²."""
-    pairs = [(g, c) for g, c in rounds if g > 0]
-    den = sum(g * g for g, _ in pairs)
-    return sum(g * g * c for g, c in pairs) / den if den else None
-
-
-def fit_overhead(extra: Iterable[tuple[float, float]]) -> tuple[float | None, float | None]:
-    """(fixed ms per round, ms per drafted token) from (γ, round − plain decode in ms) pairs:
-    the least-squares line's intercept and slope. With a single γ the whole extra is the
-    round's fixed cost and the per-token cost is unknown (None)."""
-    pairs = list(extra)
-    if not pairs:
-        return None, None
-    gammas = {g for g, _ in pairs}
-    if len(gammas) < 2:
-        return statistics.fmean(e for _, e in pairs), None
-    mg = statistics.fmean(g for g, _ in pairs)
-    me = statistics.fmean(e for _, e in pairs)
-    slope = sum((g - mg) * (e - me) for g, e in pairs) / sum((g - mg) ** 2 for g, _ in pairs)
-    return me - slope * mg, slope
 
 
 # --- checks --------------------------------------------------------------------------------
@@ -215,7 +162,8 @@ def check_build(artifact: Artifact, say: Callable[[str], None]) -> tuple[str, st
 
 @dataclass(frozen=True)
 class LimitPlan:
-    """What a sweep measures: every α × γ, `repetitions` times, `tokens` tokens a sample."""
+    """What a sweep measures: every α × γ, `repetitions` times, `tokens` tokens a sample, and
+    each length's verification step `step_repetitions` times."""
 
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
     lengths: tuple[int, ...] = DEFAULT_LENGTHS
@@ -223,6 +171,7 @@ class LimitPlan:
     tokens: int = DEFAULT_TOKENS
     threads: int | None = None  # -t for both servers; None: the engine's default
     server_args: tuple[str, ...] = ()  # more llama-server arguments for both servers
+    step_repetitions: int = STEP_REPETITIONS
 
     def __post_init__(self) -> None:
         if not self.alphas or not self.lengths:
@@ -235,7 +184,7 @@ class LimitPlan:
             check_alpha(a)
         for g in self.lengths:
             check_length(g)
-        if self.repetitions < 1 or self.tokens < 8:
+        if self.repetitions < 1 or self.tokens < 8 or self.step_repetitions < 1:
             raise LlamaspecError(
                 f"A ceiling sweep needs 1 or more repetitions and 8 or more tokens a sample "
                 f"(asked: {self.repetitions} repetition(s), {self.tokens} tokens)."
@@ -247,8 +196,8 @@ class LimitPlan:
 
 @dataclass(frozen=True)
 class Point:
-    """One α × γ configuration: its samples (plain and synthetic, taking turns) and what
-    they imply; `bound` and `over_bound` are filled once c is fitted over all points."""
+    """One α × γ configuration: its samples (plain and synthetic, taking turns), what they
+    imply, and its ceiling from the measured verification steps."""
 
     alpha: float  # asked for
     length: int  # γ: tokens each draft has
@@ -257,34 +206,20 @@ class Point:
     spec: tuple[Sample, ...]
     plain_tps: float
     spec_tps: float
-    speedup: float
+    speedup: float  # median synthetic ÷ median plain
+    speedup_low: float  # the lowest repetition's synthetic ÷ its plain
     plain_ms_per_token: float
-    round_ms: float | None  # one drafted round (draft + verification)
-    measured_alpha: float | None  # the α whose L(α, γ) is the measured mean round length
+    round_ms: float | None  # one drafted round (draft + verification), in this run
+    alpha_per_token: float | None  # accepted ÷ drafted
+    measured_alpha: float | None  # block mean: the α whose L(α, γ) is the tokens per round
     mean_length: float | None  # tokens a drafted round emitted, the target's own included
     coverage: float  # share of the generated tokens that drafted rounds emitted
-    c: float | None  # this point's own round cost: round = (γc + 1) plain decodes
-    bound: float | None = None  # S(measured α, γ, the fitted c)
-    over_bound: float | None = None  # measured speedup ÷ bound
-
-
-@dataclass(frozen=True)
-class RecipeCeiling:
-    """A shipped recipe's bench report against the ceiling: its measured speedup ÷
-    S(α̂, γ, c + draft cost) at its own acceptance and draft length (one client)."""
-
-    source: str  # the bench report's file name
-    recipe: str
-    workload: str
-    speedup: float | None
-    acceptance: float | None  # α̂ from the mean accepted length at γ
-    length: float | None  # γ: mean tokens per draft
-    draft_cost: float | None
-    ceiling: float | None
-    ratio: float | None
-    note: str = ""  # why a figure is missing
-    extrapolated: bool = False  # γ beyond the sweep's longest draft
-    unreliable: bool = False  # the bench report's own verdict does not trust this speedup
+    c: float | None  # this run's own round: round = (γc + 1) plain decodes
+    ceiling: float | None = None  # the perfect engine at the median measured step
+    ceiling_high: float | None = None  # … at the cheapest repetition of the step
+    over_ceiling: float | None = None  # speedup ÷ ceiling
+    above: bool = False  # speedup_low > ceiling_high: above the ceiling beyond noise
+    note: str = ""  # why, where above
 
 
 @dataclass(frozen=True)
@@ -301,17 +236,21 @@ class LimitReport:
     plan: LimitPlan
     commands: Mapping[str, str]
     points: tuple[Point, ...]
-    c: float | None  # fitted over every point
-    overhead_ms: float | None  # the fixed cost of a verification round
-    per_token_ms: float | None  # the cost of each drafted token in a round
+    steps: tuple[StepCost, ...]
+    c: float | None  # a one-number summary of the steps' c_γ (least squares); no row uses it
+    overhead_ms: float | None  # the line through step − plain decode: its intercept
+    per_token_ms: float | None  # … and its slope
     plain_ms_per_token: float | None
     recipes: tuple[RecipeCeiling, ...] = ()
     wall_seconds: float = 0.0
 
     @property
-    def fit(self) -> Fit:
-        longest = max(self.plan.lengths, default=0)
-        return Fit(self.c, self.overhead_ms, self.per_token_ms, self.plain_ms_per_token, longest)
+    def noise(self) -> dict[str, float | None]:
+        """The spread the report states: of the step between repetitions, and of a
+        point's per-repetition speedups against its median."""
+        step = max((s.spread for s in self.steps), default=None)
+        pts = [(p.speedup - p.speedup_low) / p.speedup for p in self.points if p.speedup > 0]
+        return {"step": rounded(step, 4), "speedup": rounded(max(pts, default=None), 4)}
 
     def to_json(self) -> dict:
         return {
@@ -324,36 +263,32 @@ class LimitReport:
             "model": self.model,
             "plan": asdict(self.plan),
             "commands": dict(self.commands),
-            "c": _r(self.c, 4),
-            "overhead_ms": _r(self.overhead_ms, 3),
-            "per_token_ms": _r(self.per_token_ms, 3),
-            "plain_ms_per_token": _r(self.plain_ms_per_token, 3),
+            "steps": [{**asdict(s), "c": round(s.c, 4)} for s in self.steps],
+            "noise": self.noise,
+            "above": sum(p.above for p in self.points),
+            "c": rounded(self.c, 4),
+            "overhead_ms": rounded(self.overhead_ms, 3),
+            "per_token_ms": rounded(self.per_token_ms, 3),
+            "plain_ms_per_token": rounded(self.plain_ms_per_token, 3),
             "points": [asdict(p) for p in self.points],
             "recipes": [asdict(r) for r in self.recipes],
             "wall_seconds": self.wall_seconds,
         }
 
 
-def _r(x: float | None, n: int) -> float | None:
-    return None if x is None else round(x, n)
-
-
 # --- from samples to points ----------------------------------------------------------------
 
 
-def _ms(s: Sample) -> float:
-    return s.tokens / s.tokens_per_second * 1000.0 if s.tokens_per_second > 0 else 0.0
-
-
 def point(alpha: float, gamma: int, plain: Sequence[Sample], spec: Sequence[Sample]) -> Point:
-    """A configuration's samples → its speedup, round time, measured α and own c."""
+    """A configuration's samples → its speedup, round time, acceptance and own c."""
     plain_tps = statistics.median(s.tokens_per_second for s in plain) if plain else 0.0
     spec_tps = statistics.median(s.tokens_per_second for s in spec) if spec else 0.0
-    plain_ms = statistics.median(_ms(s) / s.tokens for s in plain if s.tokens) if plain else 0.0
+    per_token = [sample_ms(s) / s.tokens for s in plain if s.tokens]
+    plain_ms = statistics.median(per_token) if per_token else 0.0
     rounds = [
         r
         for s in spec
-        if (r := round_ms(s.tokens, _ms(s), s.drafts, s.accepted, plain_ms)) is not None
+        if (r := round_ms(s.tokens, sample_ms(s), s.drafts, s.accepted, plain_ms)) is not None
     ]
     rt = statistics.median(rounds) if rounds else None
     drafts = sum(s.drafts for s in spec)
@@ -363,6 +298,12 @@ def point(alpha: float, gamma: int, plain: Sequence[Sample], spec: Sequence[Samp
     length = 1.0 + accepted / drafts if drafts else None
     # drafts may come out shorter than γ (n-gram lookups near the end of a budget)
     g = drafted / drafts if drafts else float(gamma)
+    pairs = [
+        s.tokens_per_second / p.tokens_per_second
+        for p, s in zip(plain, spec, strict=False)
+        if p.tokens_per_second > 0
+    ]
+    speedup = spec_tps / plain_tps if plain_tps else 0.0
     return Point(
         alpha=alpha,
         length=gamma,
@@ -371,147 +312,79 @@ def point(alpha: float, gamma: int, plain: Sequence[Sample], spec: Sequence[Samp
         spec=tuple(spec),
         plain_tps=round(plain_tps, 3),
         spec_tps=round(spec_tps, 3),
-        speedup=round(spec_tps / plain_tps, 4) if plain_tps else 0.0,
+        speedup=round(speedup, 4),
+        speedup_low=round(min(pairs, default=speedup), 4),
         plain_ms_per_token=round(plain_ms, 4),
-        round_ms=_r(rt, 4),
-        measured_alpha=_r(alpha_for_length(length, g), 4) if length else None,
-        mean_length=_r(length, 4),
+        round_ms=rounded(rt, 4),
+        alpha_per_token=rounded(accepted / drafted, 4) if drafted else None,
+        measured_alpha=rounded(alpha_for_length(length, g), 4) if length else None,
+        mean_length=rounded(length, 4),
         coverage=round(min((accepted + drafts) / tokens, 1.0), 4) if tokens else 0.0,
-        c=_r(round_cost(rt, plain_ms, g), 5) if rt is not None else None,
+        c=rounded(round_cost(rt, plain_ms, g), 5) if rt is not None else None,
     )
 
 
-@dataclass(frozen=True)
-class Fit:
-    """What the rounds of a sweep say about the engine: one `c` for every γ, and the line
-    round − plain decode = overhead_ms + per_token_ms · γ (ms)."""
-
-    c: float | None
-    overhead_ms: float | None  # the fixed cost of a verification round
-    per_token_ms: float | None  # the cost of each drafted token in a round
-    plain_ms: float | None  # a plain decode, ms per token
-    longest: int = 0  # the longest draft swept
-
-    def c_at(self, gamma: float) -> float | None:
-        """The round cost at γ: from the line where it has a slope, else the one c."""
-        if self.per_token_ms is None or self.overhead_ms is None or not self.plain_ms:
-            return self.c
-        return max((self.overhead_ms + self.per_token_ms * gamma) / (gamma * self.plain_ms), 0.0)
+def _why(own: float | None, low: float) -> str:
+    """Why a point beat its ceiling beyond noise, from what was measured."""
+    if own is not None and own < low:
+        return (
+            f"its drafted rounds took {own:.2f} plain decodes, below the fully accepted "
+            f"step's cheapest {low:.2f}: a round that rejects is not the step that was timed"
+        )
+    return (
+        "its rounds cost no less than the timed step, so its plain decodes ran slower than "
+        "the step's: the machine's speed moved between the two timings"
+    )
 
 
-def fitted(points: Sequence[Point]) -> Fit:
-    """The fit over every point that had drafted rounds."""
-    c = fit_c((p.length, p.c) for p in points if p.c is not None)
-    extra = [
-        (p.length, p.round_ms - p.plain_ms_per_token) for p in points if p.round_ms is not None
-    ]
-    fixed, per_token = fit_overhead(extra)
-    plain = [p.plain_ms_per_token for p in points if p.plain_ms_per_token > 0]
-    longest = max((p.length for p in points), default=0)
-    return Fit(c, fixed, per_token, statistics.median(plain) if plain else None, longest)
-
-
-def with_bounds(points: Sequence[Point], fit: Fit) -> tuple[Point, ...]:
-    """Each point with S(its measured α, γ, the fit's c at γ) and its speedup ÷ that bound."""
+def with_ceilings(points: Sequence[Point], steps: Sequence[StepCost]) -> tuple[Point, ...]:
+    """Each point with the perfect engine's speedup over its own counts (a free draft), at
+    the median step and at its cheapest repetition, and whether it is above beyond noise."""
     out = []
     for p in points:
-        c = fit.c_at(p.length)
-        if c is None or p.measured_alpha is None:
+        drafts = sum(s.drafts for s in p.spec)
+        if not drafts or not steps:
             out.append(p)
             continue
-        s = bound(p.measured_alpha, p.length, c)
-        ratio = p.speedup / s if s > 0 else None
-        out.append(replace(p, bound=round(s, 4), over_bound=_r(ratio, 4)))
+        drafted = sum(s.drafted for s in p.spec)
+        accepted = sum(s.accepted for s in p.spec)
+        emitted = sum(max(s.tokens - 1, 0) for s in p.spec)
+        g = drafted / drafts
+        r, low = step_ratio(steps, g), step_ratio(steps, g, "low")
+        assert r is not None and low is not None
+        ceiling = perfect_speedup(emitted, drafts, drafted, accepted, r, 0.0)
+        high = perfect_speedup(emitted, drafts, drafted, accepted, low, 0.0)
+        if ceiling is None or high is None:
+            out.append(p)
+            continue
+        above = p.speedup_low > high
+        own = p.c * g + 1.0 if p.c is not None else None
+        note = _why(own, low) if above else ""
+        out.append(
+            replace(
+                p,
+                ceiling=round(ceiling, 4),
+                ceiling_high=round(high, 4),
+                over_ceiling=round(p.speedup / ceiling, 4),
+                above=above,
+                note=note,
+            )
+        )
     return tuple(out)
 
 
+def described(steps: Sequence[StepCost]) -> tuple[float | None, float | None, float | None]:
+    """(one-number c, fixed ms, ms per drafted token): the least-squares summaries of the
+    measured steps, for reading them at a glance; no ceiling uses them."""
+    c = fit_c((s.length, s.c) for s in steps)
+    extra = [
+        (s.length, statistics.median(s.step_ms) - statistics.median(s.decode_ms)) for s in steps
+    ]
+    fixed, per_token = fit_overhead(extra)
+    return c, fixed, per_token
+
+
 # --- bench reports against the ceiling -----------------------------------------------------
-
-
-def recipe_ceilings(name: str, report: Mapping[str, Any], fit: Fit) -> list[RecipeCeiling]:
-    """A bench report's one-client workloads against S(α̂, γ, the fit's c at γ + its draft
-    cost); a γ longer than the sweep's longest is marked `extrapolated`.
-
-    Reads perf.bench_report's JSON: per workload `summary.speedup`, `drafts`, `drafted`,
-    `accepted`; the draft cost is `cost_model.draft_cost_ratio`. A missing field gives a
-    row that says which, with no ratio."""
-    recipe = str(report.get("recipe", "?"))
-    cost_model = report.get("cost_model")
-    draft_cost = cost_model.get("draft_cost_ratio") if isinstance(cost_model, Mapping) else None
-    out = []
-    distrusted = unreliable_cells(report)
-    cells = report.get("workloads")
-    if not isinstance(cells, list) or not cells:
-        return [
-            RecipeCeiling(name, recipe, "—", None, None, None, None, None, None, "no `workloads`")
-        ]
-    for cell in cells:
-        if not isinstance(cell, Mapping) or cell.get("concurrency", 1) != 1:
-            continue
-        s = cell.get("summary") or {}
-        missing = [k for k in ("speedup", "drafts", "drafted", "accepted") if s.get(k) is None]
-        if draft_cost is None:
-            missing.append("cost_model.draft_cost_ratio (a bench run with --no-cost-model)")
-        if fit.c is None:
-            missing.append("the sweep's c (no drafted round was measured)")
-        workload = str(cell.get("workload", "?"))
-        speedup = s.get("speedup")
-        if not missing and not s["drafts"]:
-            missing.append("drafts (no drafted step: nothing to set against the ceiling)")
-        if missing:
-            note = "missing: " + "; ".join(missing)
-            out.append(
-                RecipeCeiling(
-                    name, recipe, workload, speedup, None, None, draft_cost, None, None, note
-                )
-            )
-            continue
-        gamma = s["drafted"] / s["drafts"]
-        alpha = alpha_for_length(1.0 + s["accepted"] / s["drafts"], gamma)
-        c = fit.c_at(gamma)
-        assert c is not None and draft_cost is not None  # checked above
-        ceiling = bound(alpha, gamma, c + float(draft_cost))
-        out.append(
-            RecipeCeiling(
-                name,
-                recipe,
-                workload,
-                float(speedup),
-                round(alpha, 4),
-                round(gamma, 3),
-                float(draft_cost),
-                round(ceiling, 4),
-                round(float(speedup) / ceiling, 4) if ceiling > 0 else None,
-                extrapolated=gamma > fit.longest,
-                unreliable=(workload, 1) in distrusted,
-            )
-        )
-    return out
-
-
-def read_bench(path: Path) -> dict:
-    """A bench report file (JSON), or a one-paragraph error naming what is wrong with it."""
-    import json
-
-    if not path.is_file():
-        raise LlamaspecError(
-            f"--bench {path}: no such file. Give a reports/bench-<recipe>-<artifact>.json that "
-            "`llamaspec bench` wrote (bench the recipe first)."
-        )
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise LlamaspecError(
-            f"--bench {path}: not a readable bench report ({exc}). Give a "
-            "reports/bench-<recipe>-<artifact>.json that `llamaspec bench` wrote."
-        ) from None
-    if not isinstance(data, dict) or "workloads" not in data or "recipe" not in data:
-        raise LlamaspecError(
-            f"--bench {path}: a JSON file, but not a bench report (it has no `recipe` and "
-            "`workloads`). Give a reports/bench-<recipe>-<artifact>.json that `llamaspec bench` "
-            "wrote."
-        )
-    return data
 
 
 # --- the measurement -----------------------------------------------------------------------
@@ -520,6 +393,21 @@ def read_bench(path: Path) -> dict:
 def _args(model: Path, plan: LimitPlan) -> list[str]:
     threads = ["-t", str(plan.threads)] if plan.threads else []
     return ["-m", str(model), "-c", "4096", "-np", "1", *threads, *plan.server_args, "--metrics"]
+
+
+def _full_samples(
+    plain_srv: Any, spec_srv: Any, workload: Workload, n: int, tick: Callable[[str], None]
+) -> tuple[list[Sample], list[Sample]]:
+    """`n` fully accepted samples, each between two plain ones (n + 1 plain samples)."""
+    tick("plain (1)")
+    plain = [bench.run(plain_srv, workload, 1)]
+    full: list[Sample] = []
+    for rep in range(n):
+        tick(f"all accepted ({rep + 1})")
+        full.append(bench.run(spec_srv, workload, 1))
+        tick(f"plain ({rep + 2})")
+        plain.append(bench.run(plain_srv, workload, 1))
+    return plain, full
 
 
 def sweep(
@@ -534,48 +422,76 @@ def sweep(
 ) -> LimitReport:
     """Sweep synthetic acceptance α × draft length γ on `artifact`'s server with `model`.
 
-    A plain server runs throughout; each configuration gets a server of its own, and the
-    two take turns sample by sample. `say` gets a line per configuration (or, with
-    `console`, a progress bar shows them). `bench_reports` ((name, bench report JSON)
-    pairs) are set against the fitted ceiling. Raises before starting anything when the
-    build has no synthetic acceptance."""
+    A plain server runs throughout; each length first gets its verification step timed (a
+    server whose drafts of γ tokens are all accepted), then each configuration a server of
+    its own, each taking turns with the plain one sample by sample. The lengths that the
+    `bench_reports` ((name, bench report JSON) pairs) drafted at get their step timed too,
+    and the reports are set against the ceiling. `say` gets a line per server (or, with
+    `console`, a progress bar shows them). Raises before starting anything when the build
+    has no synthetic acceptance."""
     dialect, help_text = check_build(artifact, say)
     logs = logs or Path("reports") / f"limit-{artifact.id}-logs"
-    workload = Workload("limit", "copy-heavy", (PROMPT,), plan.tokens)
     base = _args(model, plan)
     commands = {"plain": bench.shown(base)}
     configs = plan.configurations()
+    lengths = sorted(set(plan.lengths) | recipe_lengths(r for _, r in bench_reports))
     started = time.monotonic()
     points: list[Point] = []
-    total = len(configs) * plan.repetitions * 2
-    # without a console, `say` gets a line per configuration and nothing else shows
+    steps: list[StepCost] = []
+    total = (len(configs) * plan.repetitions + len(lengths) * plan.step_repetitions) * 2
+    total += len(lengths)
+    # without a console, `say` gets a line per server and nothing else shows
     with (
         running(artifact.server, base, logs / "plain.log") as plain_srv,
         bar(console or Console(quiet=True)) as pb,
     ):
         task = pb.add_task("limit", total=total)
-        for alpha, gamma in configs:
-            synth = dialects.synthetic_steps(dialect, help_text, gamma, synth_rates(alpha, gamma))
-            assert synth is not None  # check_synthetic passed
-            args = [*base, *synth]
-            commands[f"α={alpha:g}, γ={gamma}"] = bench.shown(args)
-            label = f"α={alpha:g} γ={gamma}"
+
+        def ticker(label: str) -> Callable[[str], None]:
             if console is None:
                 say(f"limit: {label}")
-            plain: list[Sample] = []
-            spec: list[Sample] = []
-            log = logs / f"synth-a{alpha:g}-g{gamma}.log"
-            with running(artifact.server, args, log) as spec_srv:
-                for rep in range(plan.repetitions):
-                    pb.update(task, description=f"{label} plain ({rep + 1})")
-                    plain.append(bench.run(plain_srv, workload, 1))
-                    pb.advance(task)
-                    pb.update(task, description=f"{label} synthetic ({rep + 1})")
-                    spec.append(bench.run(spec_srv, workload, 1))
-                    pb.advance(task)
-            points.append(point(alpha, gamma, plain, spec))
-    fit = fitted(points)
-    recipes = [r for name, rep in bench_reports for r in recipe_ceilings(name, rep, fit)]
+
+            def tick(what: str) -> None:
+                pb.update(task, description=f"{label} {what}")
+                pb.advance(task)
+
+            return tick
+
+        for gamma in lengths:
+            full_args = dialects.synthetic_steps(dialect, help_text, gamma)
+            assert full_args is not None  # check_synthetic passed
+            args = [*base, *full_args]
+            commands[f"step, γ={gamma}"] = bench.shown(args)
+            # several rounds a sample, however long the draft
+            w = Workload("limit-step", "copy-heavy", (PROMPT,), max(plan.tokens, 4 * (gamma + 1)))
+            with running(artifact.server, args, logs / f"step-g{gamma}.log") as srv:
+                got = _full_samples(plain_srv, srv, w, plan.step_repetitions, ticker(f"γ={gamma}"))
+            if (cost := step_cost(gamma, *got)) is not None:
+                steps.append(cost)
+            if gamma not in plan.lengths:
+                continue
+            workload = Workload("limit", "copy-heavy", (PROMPT,), plan.tokens)
+            for alpha in sorted(set(plan.alphas)):
+                synth = dialects.synthetic_steps(
+                    dialect, help_text, gamma, synth_rates(alpha, gamma)
+                )
+                assert synth is not None
+                args = [*base, *synth]
+                commands[f"α={alpha:g}, γ={gamma}"] = bench.shown(args)
+                tick = ticker(f"α={alpha:g} γ={gamma}")
+                plain: list[Sample] = []
+                spec: list[Sample] = []
+                log = logs / f"synth-a{alpha:g}-g{gamma}.log"
+                with running(artifact.server, args, log) as spec_srv:
+                    for rep in range(plan.repetitions):
+                        tick(f"plain ({rep + 1})")
+                        plain.append(bench.run(plain_srv, workload, 1))
+                        tick(f"synthetic ({rep + 1})")
+                        spec.append(bench.run(spec_srv, workload, 1))
+                points.append(point(alpha, gamma, plain, spec))
+    recipes = [r for name, rep in bench_reports for r in recipe_ceilings(name, rep, steps)]
+    c, fixed, per_token = described(steps)
+    plain_ms = [p.plain_ms_per_token for p in points if p.plain_ms_per_token > 0]
     m = artifact.manifest
     return LimitReport(
         artifact_id=artifact.id,
@@ -587,11 +503,36 @@ def sweep(
         model=model.name,
         plan=plan,
         commands=commands,
-        points=with_bounds(points, fit),
-        c=fit.c,
-        overhead_ms=fit.overhead_ms,
-        per_token_ms=fit.per_token_ms,
-        plain_ms_per_token=fit.plain_ms,
+        points=with_ceilings(points, steps),
+        steps=tuple(steps),
+        c=c,
+        overhead_ms=fixed,
+        per_token_ms=per_token,
+        plain_ms_per_token=statistics.median(plain_ms) if plain_ms else None,
         recipes=tuple(recipes),
         wall_seconds=round(time.monotonic() - started, 1),
     )
+
+
+__all__ = [
+    "LimitPlan",
+    "LimitReport",
+    "Point",
+    "RecipeCeiling",
+    "StepCost",
+    "alpha_for_length",
+    "bound",
+    "check_build",
+    "check_synthetic",
+    "mean_length",
+    "offers_synthetic",
+    "perfect_speedup",
+    "point",
+    "read_bench",
+    "recipe_ceilings",
+    "step_cost",
+    "step_ratio",
+    "sweep",
+    "synth_rates",
+    "with_ceilings",
+]

@@ -1,12 +1,14 @@
 """What `llamaspec limit` measured, written down: reports/limit-<artifact>.json (the
 `LimitReport`'s `to_json()`), a Markdown page beside it and, where matplotlib is installed,
-a PNG plot (measured speedup and the bound against α, one line per draft length). The
+a PNG plot (measured speedup and its ceiling against α per token, one colour per draft
+length). The
 renderers read the JSON form, so a report file read back renders the same. `run` is the
 command whole: the model, the bench reports read, `limit.sweep`, then `write`."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,25 +23,35 @@ from llamaspec.perf.limit import LimitPlan, LimitReport
 HEAD = (
     "γ",
     "α asked",
-    "α measured",
+    "α per token",
+    "α block mean",
     "tokens/round",
     "drafted share",
     "tok/s plain",
     "tok/s synthetic",
-    "speedup",
-    "bound S",
-    "speedup ÷ S",
-    "round ms",
-    "c (own)",
+    "speedup (lowest)",
+    "ceiling (at cheapest step)",
+    "speedup ÷ ceiling",
+    "round, plain decodes",
+)
+STEP_HEAD = (
+    "γ",
+    "step ms",
+    "plain decode ms",
+    "r(γ+1), plain decodes",
+    "r lowest–highest",
+    "c_γ = (r − 1) ÷ γ",
 )
 RECIPE_HEAD = (
     "bench report",
     "workload",
-    "speedup",
-    "α measured",
+    "speedup (lowest)",
+    "α per token",
+    "α block mean",
     "γ",
     "draft cost",
-    "ceiling",
+    "step r",
+    "ceiling (at cheapest step)",
     "speedup ÷ ceiling",
 )
 
@@ -48,50 +60,97 @@ def _x(value: float | None, fmt: str = ".2f", unit: str = "") -> str:
     return "—" if value is None else f"{value:{fmt}}{unit}"
 
 
+def _flag(above: bool, ratio: float | None) -> str:
+    if above:
+        return " **above beyond noise**"
+    return " (above, within noise)" if ratio is not None and ratio > 1.0 else ""
+
+
 def rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    out = []
+    for p in report["points"]:
+        own = None if p["c"] is None else 1.0 + p["c"] * p["length"]
+        out.append(
+            (
+                str(p["length"]),
+                f"{p['alpha']:g}",
+                _x(p.get("alpha_per_token"), ".3f"),
+                _x(p["measured_alpha"], ".3f"),
+                _x(p["mean_length"]),
+                _x(p["coverage"], ".0%"),
+                f"{p['plain_tps']:.1f}",
+                f"{p['spec_tps']:.1f}",
+                f"{p['speedup']:.2f}× ({p['speedup_low']:.2f}×)",
+                _x(p["ceiling"], unit="×") + f" ({_x(p['ceiling_high'], unit='×')})",
+                _x(p["over_ceiling"]) + _flag(p["above"], p["over_ceiling"]),
+                _x(own),
+            )
+        )
+    return out
+
+
+def step_rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
     return [
         (
-            str(p["length"]),
-            f"{p['alpha']:g}",
-            _x(p["measured_alpha"], ".3f"),
-            _x(p["mean_length"]),
-            _x(p["coverage"], ".0%"),
-            f"{p['plain_tps']:.1f}",
-            f"{p['spec_tps']:.1f}",
-            f"{p['speedup']:.2f}×",
-            _x(p["bound"], unit="×"),
-            _x(p["over_bound"]),
-            _x(p["round_ms"], ".1f"),
-            _x(p["c"], ".3f"),
+            str(s["length"]),
+            f"{statistics.median(s['step_ms']):.1f}",
+            f"{statistics.median(s['decode_ms']):.1f}",
+            f"{s['ratio']:.3f}",
+            f"{s['low']:.3f}–{s['high']:.3f}",
+            f"{s['c']:.3f}",
         )
-        for p in report["points"]
+        for s in report["steps"]
     ]
 
 
 def recipe_rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
     out = []
     for r in report["recipes"]:
-        if r["note"]:
+        if r["note"] and r["ratio"] is None:
             out.append((r["source"], r["workload"], _x(r["speedup"], unit="×"), r["note"]))
             continue
         out.append(
             (
                 r["source"],
                 r["workload"],
-                _x(r["speedup"], unit="×"),
+                _x(r["speedup"], unit="×") + f" ({_x(r.get('speedup_low'), unit='×')})",
+                _x(r.get("alpha_per_token"), ".3f"),
                 _x(r["acceptance"], ".3f"),
                 _x(r["length"], ".1f") + (" (extrapolated)" if r.get("extrapolated") else ""),
                 _x(r["draft_cost"], ".3f"),
-                _x(r["ceiling"], unit="×"),
-                _x(r["ratio"]) + (" unreliable bench" if r.get("unreliable") else ""),
+                _x(r.get("step_ratio"), ".3f"),
+                _x(r["ceiling"], unit="×") + f" ({_x(r.get('ceiling_high'), unit='×')})",
+                _x(r["ratio"])
+                + _flag(bool(r.get("above")), r["ratio"])
+                + (" unreliable bench" if r.get("unreliable") else ""),
             )
         )
     return out
 
 
+def _table(head: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
+    md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in body:
+        cells = list(r) if len(r) == len(head) else [*r, *[""] * (len(head) - len(r))]
+        md.append("| " + " | ".join(cells) + " |")
+    return md
+
+
+def verdict(report: Mapping[str, Any]) -> str:
+    """One line: how many points exceed their ceiling, within and beyond noise."""
+    pts = [p for p in report["points"] if p["ceiling"] is not None]
+    over = sum(1 for p in pts if p["over_ceiling"] is not None and p["over_ceiling"] > 1.0)
+    beyond = sum(1 for p in pts if p["above"])
+    return (
+        f"{over} of {len(pts)} points measured above their ceiling at the median step, "
+        f"{beyond} beyond noise"
+    )
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     m = report["machine"]
     plan = report["plan"]
+    noise = report["noise"]
     md = [
         f"# Speculation ceiling: {report['artifact_id']}",
         "",
@@ -101,42 +160,63 @@ def markdown(report: Mapping[str, Any]) -> str:
         f"- synthetic acceptance (benchmarking only: the output is not valid) on ngram-mod "
         f"drafts of exactly γ tokens; medians of {plan['repetitions']} repetition(s) of "
         f"{plan['tokens']} tokens, greedy, plain and synthetic servers taking turns",
-        "- bound: S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1)) at the measured α (the α "
-        "whose mean tokens per round is the measured one) and c at γ: (fixed + per-token "
-        "cost × γ) ÷ (γ × plain decode) where several lengths were swept, else the one c",
-        f"- fitted c = {_x(report['c'], '.4f')} (a round costs γc + 1 plain decodes); fixed "
-        f"cost per verification round {_x(report['overhead_ms'], '.2f', ' ms')}, per drafted "
-        f"token {_x(report['per_token_ms'], '.2f', ' ms')}; plain decode "
-        f"{_x(report['plain_ms_per_token'], '.2f', ' ms')} per token",
+        "- ceiling: the speedup of a perfect engine of the measured costs over each run's own "
+        "counts: a plain decode for each step without a draft, r(g + 1) plain decodes for "
+        "each drafted round of g tokens (+ the draft's cost per drafted token for a bench "
+        "report). r is the verification step timed on its own: a server whose every round "
+        f"drafts exactly γ tokens and accepts them all, {plan['step_repetitions']} samples, "
+        "each between two plain samples and set against their mean decode; nothing is "
+        "fitted. At full coverage it is S(α, γ, c_γ) = (1 − α^(γ+1)) / ((1 − α)(γ c_γ + 1)) "
+        "with c_γ = (r(γ+1) − 1) ÷ γ, one per length",
+        "- α per token: accepted ÷ drafted; α block mean: the α whose (1 − α^(γ+1)) / (1 − α) "
+        "is the measured tokens per round",
+        f"- noise: the step's ratio r spread by up to {_x(noise['step'], '.0%')} of its "
+        "median between repetitions, a point's lowest repetition lay up to "
+        f"{_x(noise['speedup'], '.0%')} below its median speedup. A row is above its "
+        "ceiling beyond noise only when its lowest repetition's speedup exceeds the ceiling "
+        "at the cheapest repetition of the step (in brackets)",
+        f"- {verdict(report)}",
+        f"- summaries (no ceiling uses them): least-squares c = {_x(report['c'], '.4f')}; "
+        f"step − plain decode ≈ {_x(report['overhead_ms'], '.2f', ' ms')} + "
+        f"{_x(report['per_token_ms'], '.2f', ' ms')} per drafted token; plain decode "
+        f"{_x(report['plain_ms_per_token'], '.2f', ' ms')} per token (median of the points)",
         "",
-        "| " + " | ".join(HEAD) + " |",
-        "|" + "---|" * len(HEAD),
-        *("| " + " | ".join(r) + " |" for r in rows(report)),
+        "## The verification step, timed on its own",
+        "",
+        *_table(STEP_HEAD, step_rows(report)),
+        "",
+        "## Synthetic acceptance against the ceiling",
+        "",
+        *_table(HEAD, rows(report)),
     ]
+    notes = [p for p in report["points"] if p["note"]]
+    if notes:
+        md += ["", "Rows above their ceiling beyond noise:", ""]
+        md += [f"- γ = {p['length']}, α = {p['alpha']:g}: {p['note']}" for p in notes]
     if report["recipes"]:
         md += [
             "",
             "## Shipped recipes against the ceiling",
             "",
-            "Each bench report's one-client workloads: measured speedup ÷ S(α, γ, c + the "
-            "draft's cost), at the workload's own acceptance and mean draft length, with c "
-            "the fit above at that γ (extrapolated beyond the longest draft swept). A ratio "
-            "marked *unreliable bench* comes from a speedup its own bench report does not "
-            "trust (its verdict names why): shown, not a headline.",
+            "Each bench report's one-client workloads: measured speedup ÷ the perfect "
+            "engine's over the workload's own counts, at its mean draft length's measured "
+            "step (interpolated between the lengths timed) plus the draft's cost (the bench "
+            "cost model's `draft_cost_ratio`, 0 for n-gram drafts). A ratio marked "
+            "*unreliable bench* comes from a speedup its own bench report does not trust "
+            "(its verdict names why): shown, not a headline.",
             "",
-            "| " + " | ".join(RECIPE_HEAD) + " |",
-            "|" + "---|" * len(RECIPE_HEAD),
+            *_table(RECIPE_HEAD, recipe_rows(report)),
         ]
-        for r in recipe_rows(report):
-            cells = list(r) if len(r) == len(RECIPE_HEAD) else [*r[:3], r[3], *[""] * 4]
-            md.append("| " + " | ".join(cells) + " |")
+        above = [r for r in report["recipes"] if r.get("above")]
+        md += [f"\n- {r['workload']} ({r['source']}): {r['note']}" for r in above]
     md += ["", "Commands:", ""]
     md += [f"- {what}: `{cmd}`" for what, cmd in report["commands"].items()]
     return "\n".join(md) + "\n"
 
 
 def plot(report: Mapping[str, Any], path: Path) -> bool:
-    """Measured speedup (points) and the bound (lines) against α, one colour per γ."""
+    """Measured speedup (filled) and its ceiling (hollow, joined) against α per token, one
+    colour per γ."""
     try:
         import matplotlib
     except ImportError:
@@ -146,30 +226,30 @@ def plot(report: Mapping[str, Any], path: Path) -> bool:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     lengths = sorted({p["length"] for p in report["points"]})
-    c = report["c"]
-    fit = limit.Fit(c, report["overhead_ms"], report["per_token_ms"], report["plain_ms_per_token"])
     for i, g in enumerate(lengths):
         pts = [p for p in report["points"] if p["length"] == g]
+        pts.sort(key=lambda p: p.get("alpha_per_token") or 0.0)
         colour = f"C{i}"
-        ax.scatter(
-            [p["measured_alpha"] or 0.0 for p in pts],
-            [p["speedup"] for p in pts],
-            color=colour,
-            label=f"γ={g} measured",
-            zorder=3,
-        )
-        cg = fit.c_at(g)
-        if cg is not None:
-            xs = [j / 100 for j in range(0, 100)]
-            ax.plot(xs, [limit.bound(x, g, cg) for x in xs], color=colour, label=f"γ={g} bound S")
+        xs = [p.get("alpha_per_token") or 0.0 for p in pts]
+        ax.scatter(xs, [p["speedup"] for p in pts], color=colour, label=f"γ={g} measured", zorder=3)
+        ceil = [(x, p["ceiling"]) for x, p in zip(xs, pts, strict=True) if p["ceiling"]]
+        if ceil:
+            ax.plot(
+                [x for x, _ in ceil],
+                [c for _, c in ceil],
+                color=colour,
+                marker="o",
+                markerfacecolor="none",
+                label=f"γ={g} ceiling",
+            )
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel("acceptance α (measured)")
+    ax.set_xlabel("acceptance α per drafted token (accepted ÷ drafted)")
     ax.set_ylabel("speedup (synthetic ÷ plain tok/s)")
     ax.legend(fontsize=8, ncol=2)
     fig.suptitle(
         f"speculation ceiling — {report['artifact_id']} ({report['engine']} "
-        f"{(report['commit'] or '')[:12]}) — {report['model']}\nc = {_x(c, '.3f')}, fixed "
-        f"{_x(report['overhead_ms'], '.1f', ' ms')}/round — {report['machine']['description']}",
+        f"{(report['commit'] or '')[:12]}) — {report['model']}\n{verdict(report)} — "
+        f"{report['machine']['description']}",
         fontsize=9,
     )
     fig.tight_layout()
@@ -182,30 +262,32 @@ def write(
     result: LimitReport, out_dir: Path, console: Console, stem_name: str | None = None
 ) -> Path:
     """The report as .json, .md and .png (where matplotlib is), and its table on the console."""
-    report = result.to_json()
+    return write_json(result.to_json(), out_dir, console, stem_name)
+
+
+def write_json(
+    report: Mapping[str, Any], out_dir: Path, console: Console, stem_name: str | None = None
+) -> Path:
+    """`write` for a report already in its JSON form (a sweep read back renders the same)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / (stem_name or f"limit-{report['artifact_id']}")
     stem.with_name(stem.name + ".json").write_text(json.dumps(report, indent=2) + "\n")
     stem.with_name(stem.name + ".md").write_text(markdown(report))
     plotted = plot(report, stem.with_name(stem.name + ".png"))
-    table = Table(title=f"speculation ceiling ({report['artifact_id']})")
-    for h in HEAD:
-        table.add_column(h)
-    for r in rows(report):
-        table.add_row(*r)
-    console.print(table)
-    console.print(
-        f"limit: c = {_x(report['c'], '.4f')}; fixed cost per verification round "
-        f"{_x(report['overhead_ms'], '.2f', ' ms')}, per drafted token "
-        f"{_x(report['per_token_ms'], '.2f', ' ms')}"
-    )
-    if report["recipes"]:
-        rt = Table(title="shipped recipes against the ceiling")
-        for h in RECIPE_HEAD:
-            rt.add_column(h)
-        for r in recipe_rows(report):
-            rt.add_row(*(list(r) + [""] * (len(RECIPE_HEAD) - len(r))))
-        console.print(rt)
+    for title, head, body in (
+        ("the verification step", STEP_HEAD, step_rows(report)),
+        (f"speculation ceiling ({report['artifact_id']})", HEAD, rows(report)),
+        ("shipped recipes against the ceiling", RECIPE_HEAD, recipe_rows(report)),
+    ):
+        if not body:
+            continue
+        table = Table(title=title)
+        for h in head:
+            table.add_column(h)
+        for r in body:
+            table.add_row(*(list(r) + [""] * (len(head) - len(r))))
+        console.print(table)
+    console.print(f"limit: {verdict(report)}")
     made = ".json, .md and .png" if plotted else ".json and .md (no matplotlib: no plot)"
     console.print(f"limit: wrote {stem}{made}")
     return stem

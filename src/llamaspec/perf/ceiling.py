@@ -1,0 +1,331 @@
+"""The arithmetic of the speculation ceiling (perf/limit.py measures, this prices).
+
+L(α, γ) and S(α, γ, c) in closed form; a drafted round's time within a run; the
+verification step timed on its own (`StepCost`: a round of γ drafted tokens, all accepted,
+over the plain decode timed just before it); the speedup a perfect engine of those measured
+costs would give over a run's own counts (`perfect_speedup`); and bench reports
+(perf.bench_report's JSON) set against it (`recipe_ceilings`)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llamaspec.errors import LlamaspecError
+from llamaspec.perf import costmodel
+from llamaspec.perf.bench_report import Sample, unreliable_cells
+from llamaspec.perf.workloads import WORKLOADS
+
+
+def mean_length(alpha: float, gamma: float) -> float:
+    """L(α, γ): tokens a round emits on average, the target's own one included."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
+
+
+def bound(alpha: float, gamma: float, c: float) -> float:
+    """S(α, γ, c) = (1 − α^(γ+1)) / ((1 − α)(γc + 1)): the speedup of rounds of γ drafted
+    tokens, each accepted with probability α after the ones before it, when a round costs
+    γc + 1 plain decodes."""
+    return mean_length(alpha, gamma) / (gamma * c + 1.0)
+
+
+def alpha_for_length(length: float, gamma: float) -> float:
+    """The α whose L(α, γ) is `length` (bisection; L rises with α from 1 to γ + 1)."""
+    if length <= 1.0:
+        return 0.0
+    if length >= gamma + 1.0:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if mean_length(mid, gamma) < length:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def round_ms(tokens: int, ms: float, drafts: int, accepted: int, plain_ms: float) -> float | None:
+    """The milliseconds of one drafted round in a run of `tokens` tokens over `ms`.
+
+    The first token comes from the prompt pass; of the rest, each drafted round emitted its
+    accepted tokens plus one, and every other token was a plain step, priced at `plain_ms`."""
+    if drafts < 1 or tokens < 2 or ms <= 0:
+        return None
+    plain_steps = max(tokens - 1 - accepted - drafts, 0)
+    return max(ms - plain_steps * plain_ms, 0.0) / drafts
+
+
+def round_cost(round_time: float, plain_ms: float, gamma: float) -> float | None:
+    """The c of one round: (round ÷ plain decode − 1) ÷ γ, so that a round is γc + 1 decodes."""
+    if plain_ms <= 0 or gamma <= 0:
+        return None
+    return (round_time / plain_ms - 1.0) / gamma
+
+
+def fit_c(rounds: Iterable[tuple[float, float]]) -> float | None:
+    """One c for (γ, c of a round at γ) pairs: the least-squares slope through the origin of
+    γc against γ, i.e. Σ γ²c ÷ Σ γ²."""
+    pairs = [(g, c) for g, c in rounds if g > 0]
+    den = sum(g * g for g, _ in pairs)
+    return sum(g * g * c for g, c in pairs) / den if den else None
+
+
+def fit_overhead(extra: Iterable[tuple[float, float]]) -> tuple[float | None, float | None]:
+    """(fixed ms per round, ms per drafted token) from (γ, round − plain decode in ms) pairs:
+    the least-squares line's intercept and slope. With a single γ the whole extra is the
+    round's fixed cost and the per-token cost is unknown (None)."""
+    pairs = list(extra)
+    if not pairs:
+        return None, None
+    gammas = {g for g, _ in pairs}
+    if len(gammas) < 2:
+        return statistics.fmean(e for _, e in pairs), None
+    mg = statistics.fmean(g for g, _ in pairs)
+    me = statistics.fmean(e for _, e in pairs)
+    slope = sum((g - mg) * (e - me) for g, e in pairs) / sum((g - mg) ** 2 for g, _ in pairs)
+    return me - slope * mg, slope
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """The verification step of γ + 1 tokens timed on its own: a round drafting exactly γ
+    tokens, all accepted, over the plain decode timed around it, per repetition."""
+
+    length: int  # γ
+    step_ms: tuple[float, ...]
+    decode_ms: tuple[float, ...]  # a plain decode (ms per token), timed around each step
+    ratios: tuple[float, ...]  # step ÷ decode
+    ratio: float  # r(γ + 1): the median
+    low: float  # the cheapest repetition
+    high: float
+
+    @property
+    def c(self) -> float:
+        """c_γ = (r − 1) ÷ γ: a round costs γ c_γ + 1 plain decodes."""
+        return (self.ratio - 1.0) / self.length
+
+    @property
+    def spread(self) -> float:
+        """(high − low) ÷ median: the step's noise between repetitions."""
+        return (self.high - self.low) / self.ratio if self.ratio > 0 else 0.0
+
+
+def step_cost(length: int, plain: Sequence[Sample], full: Sequence[Sample]) -> StepCost | None:
+    """A length's step from fully accepted samples and the plain ones taken in turns with
+    them: with one plain sample more than full ones (plain, full, plain, …, plain), each
+    step is set against the mean of the plain decodes just before and just after it, else
+    against the one just before it. None where no repetition had a drafted round."""
+    per_token = [sample_ms(p) / p.tokens if p.tokens else 0.0 for p in plain]
+    if len(per_token) == len(full) + 1:
+        around = [(a + b) / 2 for a, b in itertools.pairwise(per_token)]
+    else:
+        around = per_token
+    steps, decodes = [], []
+    for d, f in zip(around, full, strict=False):
+        r = round_ms(f.tokens, sample_ms(f), f.drafts, f.accepted, d)
+        if r is not None and d > 0:
+            steps.append(r)
+            decodes.append(d)
+    if not steps:
+        return None
+    ratios = tuple(round(s / d, 4) for s, d in zip(steps, decodes, strict=True))
+    return StepCost(
+        length,
+        tuple(round(s, 3) for s in steps),
+        tuple(round(d, 3) for d in decodes),
+        ratios,
+        round(statistics.median(ratios), 4),
+        min(ratios),
+        max(ratios),
+    )
+
+
+def step_ratio(costs: Sequence[StepCost], gamma: float, which: str = "ratio") -> float | None:
+    """r(γ + 1) in plain decodes, linear between the lengths measured (`which`: "ratio" for
+    the median, "low" for the cheapest repetition); None where nothing was measured."""
+    if not costs:
+        return None
+    table = {1: 1.0, **{c.length + 1: float(getattr(c, which)) for c in costs}}
+    return costmodel.ratio(table, gamma + 1.0)
+
+
+def perfect_speedup(
+    emitted: float, drafts: float, drafted: float, accepted: float, r: float, draft_cost: float
+) -> float | None:
+    """The speedup of a perfect engine of measured costs over a run's own counts: `emitted`
+    tokens after each request's first, a plain decode for each step without a draft, r plain
+    decodes for each drafted round, and `draft_cost` for each drafted token."""
+    if emitted <= 0:
+        return None
+    plain_steps = max(emitted - accepted - drafts, 0.0)
+    units = plain_steps + drafts * r + draft_cost * drafted
+    return emitted / units if units > 0 else None
+
+
+def rounded(x: float | None, n: int) -> float | None:
+    return None if x is None else round(x, n)
+
+
+def sample_ms(s: Sample) -> float:
+    return s.tokens / s.tokens_per_second * 1000.0 if s.tokens_per_second > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class RecipeCeiling:
+    """A shipped recipe's bench report against the ceiling: its measured speedup ÷ the
+    perfect engine's at its own counts, draft length and draft cost (one client)."""
+
+    source: str  # the bench report's file name
+    recipe: str
+    workload: str
+    speedup: float | None
+    acceptance: float | None  # block mean: α from the mean accepted length at γ
+    length: float | None  # γ: mean tokens per draft
+    draft_cost: float | None
+    ceiling: float | None
+    ratio: float | None
+    note: str = ""  # why a figure is missing, or why a row is above its ceiling
+    extrapolated: bool = False  # γ beyond the longest step measured
+    unreliable: bool = False  # the bench report's own verdict does not trust this speedup
+    alpha_per_token: float | None = None  # accepted ÷ drafted
+    step_ratio: float | None = None  # r(γ + 1) measured, in plain decodes
+    ceiling_high: float | None = None  # at the cheapest repetition of the step
+    speedup_low: float | None = None  # the bench's lowest repetition
+    above: bool = False  # beyond noise
+
+
+def _usable(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    cells = report.get("workloads")
+    if not isinstance(cells, list):
+        return []
+    return [c for c in cells if isinstance(c, Mapping) and c.get("concurrency", 1) == 1]
+
+
+def recipe_lengths(reports: Iterable[Mapping[str, Any]]) -> set[int]:
+    """The whole draft lengths around each one-client workload's mean draft length, so that
+    its step is measured on both sides rather than extrapolated."""
+    out: set[int] = set()
+    for report in reports:
+        for cell in _usable(report):
+            s = cell.get("summary") or {}
+            if s.get("drafts") and s.get("drafted"):
+                g = s["drafted"] / s["drafts"]
+                out |= {max(1, math.floor(g)), max(1, math.ceil(g))}
+    return out
+
+
+def _requests(cell: Mapping[str, Any]) -> int:
+    """Requests whose first token came from the prompt pass: repetitions × turns."""
+    reps = len(cell.get("spec") or []) or 1
+    w = WORKLOADS.get(str(cell.get("workload")))
+    return reps * (len(w.turns) if w else 1)
+
+
+def recipe_ceilings(
+    name: str, report: Mapping[str, Any], steps: Sequence[StepCost]
+) -> list[RecipeCeiling]:
+    """A bench report's one-client workloads against the perfect engine of the measured
+    steps plus its draft's cost, over the workload's own counts; a γ past the longest step
+    measured is marked `extrapolated`.
+
+    Reads perf.bench_report's JSON: per workload `summary.speedup`, `tokens`, `drafts`,
+    `drafted`, `accepted` (and `speedup_by_repetition` for the noise); the draft cost is
+    `cost_model.draft_cost_ratio`. A missing field gives a row that says which."""
+    recipe = str(report.get("recipe", "?"))
+    cost_model = report.get("cost_model")
+    draft_cost = cost_model.get("draft_cost_ratio") if isinstance(cost_model, Mapping) else None
+    out = []
+    distrusted = unreliable_cells(report)
+    cells = _usable(report)
+    if not cells:
+        return [
+            RecipeCeiling(name, recipe, "—", None, None, None, None, None, None, "no `workloads`")
+        ]
+    longest = max((s.length for s in steps), default=0)
+    for cell in cells:
+        s = cell.get("summary") or {}
+        keys = ("speedup", "tokens", "drafts", "drafted", "accepted")
+        missing = [k for k in keys if s.get(k) is None]
+        if draft_cost is None:
+            missing.append("cost_model.draft_cost_ratio (a bench run with --no-cost-model)")
+        if not steps:
+            missing.append("the sweep's measured steps (no drafted round was timed)")
+        workload = str(cell.get("workload", "?"))
+        speedup = s.get("speedup")
+        if not missing and not s["drafts"]:
+            missing.append("drafts (no drafted step: nothing to set against the ceiling)")
+        if missing:
+            note = "missing: " + "; ".join(missing)
+            out.append(
+                RecipeCeiling(
+                    name, recipe, workload, speedup, None, None, draft_cost, None, None, note
+                )
+            )
+            continue
+        assert draft_cost is not None
+        gamma = s["drafted"] / s["drafts"]
+        emitted = s["tokens"] - _requests(cell)
+        r, low = step_ratio(steps, gamma), step_ratio(steps, gamma, "low")
+        assert r is not None and low is not None
+        args = (emitted, s["drafts"], s["drafted"], s["accepted"])
+        ceiling = perfect_speedup(*args, r, float(draft_cost))
+        high = perfect_speedup(*args, low, float(draft_cost))
+        lows = [float(x) for x in s.get("speedup_by_repetition") or [speedup]]
+        above = high is not None and min(lows) > high
+        out.append(
+            RecipeCeiling(
+                name,
+                recipe,
+                workload,
+                float(speedup),
+                round(alpha_for_length(1.0 + s["accepted"] / s["drafts"], gamma), 4),
+                round(gamma, 3),
+                float(draft_cost),
+                rounded(ceiling, 4),
+                round(float(speedup) / ceiling, 4) if ceiling else None,
+                "above its ceiling beyond noise: the bench timed its own steps at another "
+                "moment than the sweep"
+                if above
+                else "",
+                extrapolated=gamma > longest,
+                unreliable=(workload, 1) in distrusted,
+                alpha_per_token=round(s["accepted"] / s["drafted"], 4) if s["drafted"] else None,
+                step_ratio=round(r, 4),
+                ceiling_high=rounded(high, 4),
+                speedup_low=min(lows),
+                above=above,
+            )
+        )
+    return out
+
+
+def read_bench(path: Path) -> dict:
+    """A bench report file (JSON), or a one-paragraph error naming what is wrong with it."""
+    if not path.is_file():
+        raise LlamaspecError(
+            f"--bench {path}: no such file. Give a reports/bench-<recipe>-<artifact>.json that "
+            "`llamaspec bench` wrote (bench the recipe first)."
+        )
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise LlamaspecError(
+            f"--bench {path}: not a readable bench report ({exc}). Give a "
+            "reports/bench-<recipe>-<artifact>.json that `llamaspec bench` wrote."
+        ) from None
+    if not isinstance(data, dict) or "workloads" not in data or "recipe" not in data:
+        raise LlamaspecError(
+            f"--bench {path}: a JSON file, but not a bench report (it has no `recipe` and "
+            "`workloads`). Give a reports/bench-<recipe>-<artifact>.json that `llamaspec bench` "
+            "wrote."
+        )
+    return data
