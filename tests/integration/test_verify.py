@@ -39,7 +39,9 @@ def test_strict_tier_on_the_embedded_reference_copy(upstream_artifact, tmp_path)
 
 # The reference models of every type but the embedded pair's, and the methods CI runs on them
 # (draft+ngram-mod, which only stacks two covered types, is left to full runs).
-REFERENCE_MODELS = ("hybrid", "mtp", "eagle3", "gemma4", "dflash", "dspark")
+# MTP on the Qwen3.5/3.6 hybrids: every rejected draft rolls the recurrent state back
+RECURRENT_MTP = ("qwen35-mtp", "qwen35moe-mtp")
+REFERENCE_MODELS = ("hybrid", "mtp", "eagle3", "gemma4", "dflash", "dspark", *RECURRENT_MTP)
 COVERED = {
     "draft-simple": "hybrid",
     "ngram-simple": "hybrid",
@@ -58,7 +60,9 @@ def test_strict_tier_covers_every_type_the_build_offers(upstream_artifact, tmp_p
     offers is a row of the coverage table, covered (drafts accepted, every output identical,
     sequential and on parallel slots) or named with why not. The hybrid target takes the
     draft and n-gram types through the checkpoint path (its draft has other weights: mostly
-    rejected, so every rejection restores a checkpoint)."""
+    rejected, so every rejection restores a checkpoint). On the Qwen3.5/3.6-style hybrids
+    (qwen35, qwen35moe) MTP drafts with the target's NextN block, partly accepted: every
+    rejection rolls the gated delta net state back, and the outputs stay exact."""
     methods = ["draft", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
                "ngram-cache", "mtp", "assistant", "eagle3", "dflash", "dspark"]  # fmt: skip
     argv = ["--tier", "strict", "--prompt", "short", "--prompt", "code", "--prompt", "rewrite"]
@@ -82,8 +86,15 @@ def test_strict_tier_covers_every_type_the_build_offers(upstream_artifact, tmp_p
         }, row  # fmt: skip
     for row in rows.values():
         assert row["covered"] or row["why"], row  # never skipped silently
+    for name in RECURRENT_MTP:  # some drafts accepted, some rejected (rolled back), all exact
+        (m,) = _report(tmp_path, upstream_artifact, name)["methods"]
+        assert m["method"] == "mtp" and 0 < m["accepted"] < m["drafted"], m
+        assert m["identical"] == 2 * 3 and m["failed"] == 0, m
     md = (tmp_path / f"verify-{upstream_artifact.id}-coverage.md").read_text()
     assert "| `draft-mtp` | yes |" in md
+    assert "| qwen35-mtp (qwen35-mtp.gguf) | qwen35 | mtp | 3/3, 3/3 |" in md
+    assert "| qwen35moe-mtp (qwen35moe-mtp.gguf) | qwen35moe | mtp | 3/3, 3/3 |" in md
+    assert "| eagle3 (target-llama.gguf) | llama, draft eagle3 |" in md
 
 
 def test_oracle_tier_for_a_recipe_on_the_quantized_model(upstream_artifact, tmp_path) -> None:
@@ -210,3 +221,36 @@ def test_tune_resumes_refuses_a_tiny_budget_and_writes_a_recipe(upstream_artifac
     flat = " ".join(more.stderr.split())
     assert more.returncode == 2 and "an earlier run's timing" in flat, more.stderr
     assert "plain baseline" not in more.stdout
+
+
+def test_an_f32_target_gets_the_strict_tier_without_asking(
+    upstream_artifact, gemma_path, tmp_path
+) -> None:
+    """`verify --target FILE` with no --strict, on an F32 file (the embedded model's F32
+    copy, which the strict tier above already makes): the header says F32, so the strict tier
+    runs on the file itself (token identity, no threshold), and no oracle run beside it."""
+    from llamaspec.models.embedded import EMBEDDED_SHA256
+    from llamaspec.proof.reference import reference_copy
+
+    f32 = reference_copy(gemma_path, EMBEDDED_SHA256)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        json.dumps({"name": "code", "text": "def fibonacci(n):\n", "n_predict": 24})
+        + "\n"
+        + json.dumps({"name": "list", "text": "1, 2, 3, 4, 5, 6,", "n_predict": 16})
+        + "\n"
+    )
+    proc = verify_cli(
+        upstream_artifact, tmp_path, "--target", str(f32.path), "--prompts", str(prompts)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = " ".join(proc.stdout.split())
+    name = f32.path.name
+    assert f"{name} is F32: the strict tier (token identity, no threshold) on {name} itself" in said
+    assert "only the oracle tier ran" not in said
+    rep = _report(tmp_path, upstream_artifact, f"file-{f32.path.stem}")
+    assert rep["tier"] == "strict" and rep["passed"] and rep["model"] == name
+    assert rep["reference_sha256"] == f32.sha256  # the file itself is the reference
+    (m,) = rep["methods"]
+    assert m["method"] == "ngram-mod" and m["failed"] == 0 and m["identical"] == 2 * 2, m
+    assert not list(tmp_path.glob("verify-*-oracle.json"))

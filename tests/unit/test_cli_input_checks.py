@@ -153,7 +153,7 @@ def test_verify_reads_the_whole_target_header_before_any_server(tmp_path: Path) 
     target.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 8)
     art = Artifact("a", tmp_path, {"engine": "llama.cpp"}, True)
     with pytest.raises(LlamaspecError, match="truncated or corrupt GGUF"):
-        suite.for_files(art, "upstream", target, None, [], False, [], tmp_path, Console())
+        suite.for_files(art, "upstream", target, None, [], None, [], tmp_path, Console())
 
 
 def test_a_local_patch_source_must_be_a_folder(tmp_path: Path) -> None:
@@ -223,3 +223,42 @@ def test_serve_names_an_unknown_engine_as_one(
 ) -> None:
     argv = ["serve", "qwen2.5-coder-7b", "--engine", "llama.ccp", "--dist", str(tmp_path)]
     assert "Did you mean 'llama.cpp'" in refused(argv, capsys)
+
+
+def test_verify_points_a_model_file_to_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    mine = tmp_path / "mymodel"
+    mine.write_bytes(b"GGUF")
+    for value in ("my-model-Q4_K_M.gguf", "models/my-model", str(mine)):
+        said = refused(["verify", "--model", value, "--dist", str(tmp_path)], capsys)
+        assert "--model takes the name of a built-in model" in said, said
+        assert f"give it as --target {value}" in said
+    # a name, even a misspelt one, is not taken for a file (it is looked up later, among
+    # the built-in models the build can serve; here the empty --dist stops it first)
+    said = refused(["verify", "--model", "embeded", "--dist", str(tmp_path)], capsys)
+    assert "--model takes" not in said and "No artifact" in said
+
+
+def test_verify_refuses_strict_beside_another_tier(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["verify", "--target", "t.gguf", "--strict", "--tier", "oracle", "--dist", str(tmp_path)]
+    said = refused(argv, capsys)
+    assert "--strict is --tier both" in said and "Give one of them" in said
+
+
+def test_every_models_pull_the_docs_show_names_a_catalog_pair() -> None:
+    """`models pull NAME` in README or a guide exits 2 when NAME is no pair (the bench guide
+    once said `models pull gemma3-270m-f32`, a model of the pair gemma3-270m-f32-q4draft)."""
+    from llamaspec import config
+
+    pairs = set(config.load_models(ROOT).pairs)
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    named = {
+        (p.relative_to(ROOT).as_posix(), m)
+        for p in pages
+        for m in re.findall(r"models pull ([a-z0-9][a-z0-9._-]*)", p.read_text())
+    }
+    assert ("docs/guides/bench-and-tune.md", "gemma3-270m-f32-q4draft") in named
+    assert not {(page, m) for page, m in named if m not in pairs}

@@ -121,3 +121,113 @@ def test_the_own_flags_method_keeps_the_recipes_flash_attention_setting() -> Non
     assert suite.spec_method(argv, "r").argv == ("--spec-type", "ngram-simple")
     own = suite.spec_method(argv, "r", keep=("-fa",))
     assert own.argv == ("-fa", "on", "--spec-type", "ngram-simple")
+
+
+# Which tiers a --target or --recipe run takes: decided from the target's GGUF header.
+PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"  # upstream's default pin
+
+
+def _gguf(path: Path, *types: str) -> Path:
+    """A tiny GGUF with one 32×32 tensor of each type named (F32, F16, BF16, Q8_0, I32)."""
+    import gguf
+    import numpy as np
+    from gguf.quants import quantize
+
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_array("tokenizer.ggml.tokens", ["a", "bb", "ccc"])  # a string array to walk over
+    w.add_uint32("llama.block_count", 1)
+    data = np.linspace(-1, 1, 32 * 32, dtype=np.float32).reshape(32, 32)
+    for i, t in enumerate(types):
+        if t == "I32":
+            w.add_tensor(f"t{i}", np.arange(32, dtype=np.int32))
+            continue
+        q = gguf.GGMLQuantizationType[t]
+        w.add_tensor(f"t{i}", quantize(data, q), raw_dtype=q)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_the_precision_comes_from_the_header(tmp_path: Path) -> None:
+    from llamaspec.errors import LlamaspecError
+    from llamaspec.models.precision import read_precision
+
+    f32 = read_precision(_gguf(tmp_path / "a.gguf", "F32", "F32", "I32"))
+    assert (f32.kind, f32.types, f32.describe()) == ("f32", ("F32",), "F32")
+    assert f32.f32_bytes == 2 * 32 * 32 * 4 + 32 * 4  # the int tensor is kept as it is
+    half = read_precision(_gguf(tmp_path / "h.gguf", "F32", "BF16", "F16"))
+    assert half.kind == "half" and half.describe() == "F16/BF16 (BF16, F16, F32)"
+    assert half.f32_bytes == 3 * 32 * 32 * 4 and not half.quantized
+    q = read_precision(_gguf(tmp_path / "q.gguf", "F32", "F16", "Q8_0"))
+    assert q.quantized and q.describe() == "quantized (F16, F32, Q8_0)"
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes((tmp_path / "q.gguf").read_bytes()[:60])
+    with pytest.raises(LlamaspecError, match="truncated or corrupt GGUF header"):
+        read_precision(cut)
+
+
+def test_a_full_precision_target_gets_the_strict_tier_by_default(tmp_path: Path) -> None:
+    from llamaspec.models.precision import Precision
+
+    f32 = Precision(("F32",), 4 << 30)
+    t = suite.tiers_for(f32, "m.gguf", None)
+    assert (t.strict, t.oracle, t.after) == (True, False, "")  # strict proves more, same file
+    assert t.plan == "m.gguf is F32: the strict tier (token identity, no threshold) on " \
+        "m.gguf itself (F32)"  # fmt: skip
+    assert suite.tiers_for(f32, "m.gguf", None, recipe=True).oracle  # a recipe's own flags
+    half = suite.tiers_for(Precision(("BF16", "F32"), 2 << 30), "h.gguf", None)
+    assert (half.strict, half.oracle, half.after) == (True, True, "")
+    assert "widens to F32 without loss; 2.00 GiB" in half.plan
+    # asked for explicitly: as asked
+    assert (suite.tiers_for(f32, "m", "oracle").strict, suite.tiers_for(f32, "m", "both").oracle) \
+        == (False, True)  # fmt: skip
+    only = suite.tiers_for(f32, "m.gguf", "oracle").after
+    assert "only the oracle tier ran" in only and "Drop --tier oracle" in only
+
+
+def test_a_quantized_target_says_what_an_oracle_only_run_means(tmp_path: Path) -> None:
+    from llamaspec.models.precision import Precision
+
+    q = Precision(("F32", "Q4_K", "Q6_K"), 1 << 30)
+    t = suite.tiers_for(q, "q.gguf", None)
+    assert (t.strict, t.oracle) == (False, True)
+    assert t.plan == "q.gguf is quantized (F32, Q4_K, Q6_K): the oracle tier on q.gguf as it is"
+    said = " ".join(t.after.split())
+    assert "only the oracle tier ran on q.gguf" in said and "near-tie" in said
+    assert "give an F32, F16 or BF16 file of the same model as --target" in said
+    assert "add --strict to run it on an F32 copy of this one (1.00 GiB" in said
+    strict = suite.tiers_for(q, "q.gguf", "both")
+    assert strict.strict and strict.oracle and strict.after == ""
+    assert "an F32 copy of q.gguf (quantized (F32, Q4_K, Q6_K) dequantized" in strict.plan
+
+
+def _failed(tag: str, tier: str) -> verify_report.VerifyReport:
+    case = verify_report.Case("code", "sequential", "different", 3)
+    return verify_report.VerifyReport(
+        "art", tag, tier, "m.gguf", (verify_report.MethodResult("draft", (), cases=(case,)),)
+    )
+
+
+def test_a_strict_failure_is_not_explained_by_a_quantized_only_defect() -> None:
+    from llamaspec.engine.artifact import Artifact
+    from llamaspec.errors import LlamaspecError
+    from llamaspec.proof import defects
+
+    manifest = {"engine": "llama.cpp", "commit": PIN, "patches": []}
+    ids = [d.id for d in defects.explaining(manifest, quantized=False)]
+    assert "quantized-spec-near-tie" not in ids
+    assert "quantized-spec-near-tie" in [d.id for d in defects.explaining(manifest, True)]
+    # wasted work leaves outputs right: it explains no failure
+    assert "draft-model-never-drafts" in [d.id for d in defects.defects_for(manifest)]
+    assert "draft-model-never-drafts" not in [d.id for d in defects.explaining(manifest, True)]
+    art = Artifact("art", Path("dist"), manifest, True)
+    strict = suite.Outcome((_failed("file-m", "strict"),))
+    with pytest.raises(LlamaspecError) as err:
+        strict.raise_if_failed(art, Path("reports"))
+    assert "file-m (strict)" in str(err.value) and "quantized-spec-near-tie" not in str(err.value)
+    # the oracle tier on a quantized file: the quantized-only defect may explain it
+    oracle = suite.Outcome((_failed("file-q-oracle", "oracle"),), quantized=("file-q-oracle",))
+    with pytest.raises(LlamaspecError, match="quantized-spec-near-tie"):
+        oracle.raise_if_failed(art, Path("reports"))

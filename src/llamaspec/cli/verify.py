@@ -22,22 +22,28 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--model",
         action="append",
         default=[],
-        help="built-in models: embedded, hybrid, and the random-weight reference models of the "
-        "other speculation types (mtp, eagle3, gemma4, dflash, dspark; glm4moe-mtp for "
+        help="built-in models by name: embedded, hybrid, and the random-weight reference models "
+        "of the other speculation types (mtp, eagle3, gemma4, dflash, dspark; glm4moe-mtp for "
         "ik_llama.cpp). Default: every one the build can serve (hybrid only where it has no "
-        "catalogued hybrid defect)",
+        "catalogued hybrid defect). A GGUF file of your own goes to --target FILE",
     )
     v.add_argument(
         "--tier",
         choices=["strict", "oracle", "both"],
-        default="both",
-        help="built-in models: strict (F32 reference, token-identical), oracle (per-token "
-        "gaps on the quantized model) or both (default)",
+        help="strict (F32 references, token-identical), oracle (per-token gaps on the model "
+        "as it is) or both. Default: both for the built-in models; with --target/--recipe, "
+        "by the target's precision: strict on an F32, F16 or BF16 target (and the oracle on "
+        "F16/BF16 and recipes), the oracle alone on a quantized one",
     )
     v.add_argument(
         "--recipe", type=options.non_empty, help="verify a recipe's own settings (oracle tier)"
     )
-    v.add_argument("--target", type=Path, help="verify your own target GGUF (oracle tier)")
+    v.add_argument(
+        "--target",
+        type=Path,
+        help="verify your own target GGUF (strict tier when it is F32, F16 or BF16; oracle "
+        "tier alone when it is quantized, see --strict)",
+    )
     v.add_argument("--draft", type=Path, help="with --target: a draft GGUF")
     v.add_argument(
         "--spec",
@@ -49,7 +55,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     v.add_argument(
         "--strict",
         action="store_true",
-        help="with --recipe/--target: add the strict tier on F32 reference copies",
+        help="with --recipe/--target: add the strict tier, on an F32 copy of a quantized "
+        "target (4 bytes a weight on disk, written once in the cache); the same as --tier both",
     )
     v.add_argument(
         "--method",
@@ -107,9 +114,10 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> None:
     prompts = suite.load_prompts(args.prompts) if args.prompts else ()
     artifact = shared.load_artifact(args)
     dialect = dialect_for(artifact, console.print)
+    tier = "both" if args.strict else args.tier  # None: the default for what is verified
     if args.recipe:
         outcome = suite.for_recipe(
-            artifact, dialect, args.recipe, args.strict, args.mode, args.reports, console, prompts
+            artifact, dialect, args.recipe, tier, args.mode, args.reports, console, prompts
         )
     elif args.target:
         outcome = suite.for_files(
@@ -118,7 +126,7 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> None:
             args.target,
             args.draft,
             args.spec,
-            args.strict,
+            tier,
             args.mode,
             args.reports,
             console,
@@ -126,7 +134,7 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> None:
         )
     else:
         which = args.model
-        tiers = ["strict", "oracle"] if args.tier == "both" else [args.tier]
+        tiers = ["strict", "oracle"] if tier in (None, "both") else [tier]
         outcome = suite.builtin(
             artifact,
             dialect,
@@ -149,6 +157,8 @@ def _check(args: argparse.Namespace) -> None:
     from llamaspec.errors import choose
     from llamaspec.models.methods import METHOD_NAMES
 
+    for name in args.model:
+        _not_a_file(name)
     # every method verify knows (which ones a build offers is read from its --help, later)
     for method in args.method:
         choose("method", method, ("plain", *METHOD_NAMES))
@@ -175,4 +185,20 @@ def _check(args: argparse.Namespace) -> None:
         raise LlamaspecError(
             "--strict adds the strict tier to a --recipe or --target run; the built-in models "
             "choose tiers with --tier."
+        )
+    if args.strict and args.tier:
+        raise LlamaspecError(
+            f"--strict is --tier both; with --tier {args.tier} the two say different things. "
+            "Give one of them."
+        )
+
+
+def _not_a_file(name: str) -> None:
+    """`--model` takes a built-in name; a path given there is pointed to --target."""
+    path = Path(name)
+    if "/" in name or "\\" in name or path.suffix.lower() == ".gguf" or path.is_file():
+        raise LlamaspecError(
+            f"--model takes the name of a built-in model (embedded, hybrid or a reference "
+            f"family), and {name!r} is a file path. To verify a GGUF file of your own, give it "
+            f"as --target {name} (with --draft FILE for a draft model, or --spec TYPE)."
         )

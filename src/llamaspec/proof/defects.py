@@ -19,6 +19,7 @@ class Defect:
     issue: str
     targets: str = "all"
     min_kept: float | None = None  # short-output: the least fraction of the plain output kept
+    symptom: str = ""
 
     def describe(self) -> str:
         issue = f"; upstream {self.issue}" if self.issue else ""
@@ -71,8 +72,32 @@ def defects_for(manifest: Mapping, symptom: str | None = None) -> list[Defect]:
             continue
         issue = d.upstream_issue.url if d.upstream_issue else ""
         summary = " ".join(d.summary.split())
-        out.append(Defect(d.id, summary, d.fixed_by, issue, d.targets, d.min_kept))
+        out.append(Defect(d.id, summary, d.fixed_by, issue, d.targets, d.min_kept, d.symptom))
     return out
+
+
+# Symptoms a verify failure can show: outputs that differ, stop short, or never come back.
+# Wasted work and an ignored request field leave every output right.
+FAILING_SYMPTOMS = (
+    "short-output",
+    "corrupt-output",
+    "crash",
+    "parallel-divergence",
+    "quantized-divergence",
+)
+
+
+def explaining(manifest: Mapping, quantized: bool) -> list[Defect]:
+    """The catalogued defects of this build that could explain a verify failure.
+
+    Only those whose symptom changes outputs; and one that shows only on quantized targets
+    only when a failed run served a `quantized` model: the strict tier's references, and
+    F32, F16 and BF16 targets, cannot show it, so naming it there would excuse a real bug."""
+    return [
+        d
+        for d in defects_for(manifest)
+        if d.symptom in FAILING_SYMPTOMS and (quantized or d.targets != "quantized")
+    ]
 
 
 def known_defect(manifest: Mapping, symptom: str) -> Defect | None:

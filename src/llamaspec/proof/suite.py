@@ -3,11 +3,12 @@
 - Built-in (`--model embedded|hybrid`): the strict tier on the F32 reference copy of each
   model, every method the binary supports, sequential and parallel; and the oracle tier on
   the quantized embedded model.
-- A recipe (`--recipe NAME`) or files (`--target FILE [--draft FILE] --spec TYPE`): the
-  oracle tier with those exact settings, after the same download and compatibility checks
-  as `serve`; `--strict` adds the strict tier on F32 reference copies when they fit. A
-  recipe's oracle tier also runs it under its own flags (the server's defaults, no
-  determinism flags), judged against the same envelope.
+- A recipe (`--recipe NAME`) or files (`--target FILE [--draft FILE] --spec TYPE`): those
+  exact settings, after the same download and compatibility checks as `serve`, in the tiers
+  the target's precision allows (`tiers_for`): the strict tier when it is F32, F16 or BF16,
+  the oracle tier otherwise (`--strict` adds the strict tier on an F32 copy). A recipe's
+  oracle tier also runs it under its own flags (the server's defaults, no determinism
+  flags), judged against the same envelope.
 - `--prompts FILE` (config.load_prompts) replaces the built-in prompts in any of these.
 """
 
@@ -25,10 +26,11 @@ from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import catalog as models
 from llamaspec.models import compat, dialects, recipes
 from llamaspec.models.methods import EMBEDDED_TYPES, KNOWN, Method
+from llamaspec.models.precision import Precision, read_precision
 from llamaspec.paths import project_root
 from llamaspec.proof import verify
 from llamaspec.proof.coverage import Coverage
-from llamaspec.proof.defects import defects_for
+from llamaspec.proof.defects import defects_for, explaining
 from llamaspec.proof.prompts import choose_prompts
 from llamaspec.proof.reference import Reference, reference_copy
 from llamaspec.proof.refmodels import registry
@@ -44,6 +46,7 @@ OWN_OPTIONS = {"-m": 1, "--host": 1, "--port": 1, "-c": 1, "-np": 1, "-fa": 1}
 class Outcome:
     reports: tuple[VerifyReport, ...]
     coverage: Coverage | None = None
+    quantized: tuple[str, ...] = ()  # tags of the reports that served a quantized model
 
     @property
     def failed(self) -> list[str]:
@@ -54,9 +57,10 @@ class Outcome:
         catalogued defects (which may explain it)."""
         if not self.failed:
             return
+        quantized = any(r.tag in self.quantized for r in self.reports if not r.passed)
         known = " ".join(
             f"This build has a catalogued defect: {d.describe()}."
-            for d in defects_for(artifact.manifest)
+            for d in explaining(artifact.manifest, quantized)
         )
         raise LlamaspecError(
             f"verify failed: {', '.join(self.failed)}. The reports in {reports}/ show "
@@ -244,14 +248,16 @@ def builtin(
         elif "oracle" in tiers and name == "embedded":
             oracle = plan(model, tier="oracle", draft=draft)
             out.append(verify.verify(artifact, dialect, oracle, console))
+    # the oracle tier serves the embedded Q4_K_M file itself
+    quantized = tuple(r.tag for r in out if r.tier == "oracle")
     if "strict" not in tiers:
-        return Outcome(tuple(out))
+        return Outcome(tuple(out), quantized=quantized)
     cov = cov_mod.coverage(
         artifact.id, engine, dialect, help_text, out, _not_run(which, engine, dialect, help_text)
     )
     console.print(f"verify: coverage: {cov_mod.write(cov, reports)}")
     cov_mod.print_table(cov, console)
-    return Outcome(tuple(out), cov)
+    return Outcome(tuple(out), cov, quantized)
 
 
 def spec_method(argv: Sequence[str], name: str, keep: Sequence[str] = ()) -> Method:
@@ -273,14 +279,15 @@ def for_recipe(
     artifact: Artifact,
     dialect: str,
     name: str,
-    strict: bool,
+    tier: str | None,
     modes: Sequence[str],
     reports: Path,
     console: Console,
     prompts: Sequence[Prompt] = (),
 ) -> Outcome:
-    """A recipe's own settings on the user's build: oracle tier (+ strict with --strict),
-    the oracle tier under the determinism flags and again under the recipe's own flags."""
+    """A recipe's own settings on the user's build, in the tiers `tier` names (None: those its
+    target's precision allows, `tiers_for`); the oracle tier under the determinism flags and
+    again under the recipe's own flags."""
     root = project_root()
     recipe, catalog = recipes.find(name, root)
     files = models.pull(catalog, recipe.pair, root, console)
@@ -300,7 +307,7 @@ def for_recipe(
         files.target,
         files.draft,
         method,
-        strict,
+        tier,
         modes,
         reports,
         console,
@@ -340,13 +347,14 @@ def for_files(
     target: Path,
     draft: Path | None,
     spec_types: Sequence[str],
-    strict: bool,
+    tier: str | None,
     modes: Sequence[str],
     reports: Path,
     console: Console,
     prompts: Sequence[Prompt] = (),
 ) -> Outcome:
-    """The user's own GGUF files: compatibility first, then the oracle (and strict) tier."""
+    """The user's own GGUF files: compatibility first, then the tiers `tier` names (None:
+    those the target's precision allows, `tiers_for`)."""
     check_gguf(target, "--target")
     if draft is not None:
         check_gguf(draft, "--draft")
@@ -376,7 +384,7 @@ def for_files(
         target,
         draft,
         method,
-        strict,
+        tier,
         modes,
         reports,
         console,
@@ -391,19 +399,23 @@ def _own_settings(
     target: Path,
     draft: Path | None,
     method: Callable[[Path, Path | None], Method],
-    strict: bool,
+    tier: str | None,
     modes: Sequence[str],
     reports: Path,
     console: Console,
     prompts: Sequence[Prompt] = (),
     own: Callable[[Path, Path | None], Method] | None = None,
 ) -> Outcome:
-    """One configuration, `method(target, draft)`: the oracle tier on the files as they are
-    (unless the engine has no token ids and --strict runs), with `own(target, draft)` (the
-    recipe under its own flags) beside it; the strict tier on F32 reference copies with
-    --strict. `prompts` replace the built-in ones."""
+    """One configuration, `method(target, draft)`, in the tiers `tiers_for` picks: the oracle
+    tier on the files as they are (unless the engine has no token ids and the strict tier
+    runs), with `own(target, draft)` (the recipe under its own flags) beside it; the strict
+    tier on F32 references (the target itself when it is F32). `prompts` replace the
+    built-in ones."""
     spec = method(target, draft)  # rendered first: a refusal comes before any work
     mine = own(target, draft) if own else None
+    precision = read_precision(target)  # the header only, before any server
+    choice = tiers_for(precision, target.name, tier, recipe=own is not None)
+    console.print(f"verify: {choice.plan}")
     plan = functools.partial(
         verify.VerifyPlan,
         out_dir=reports,
@@ -412,11 +424,13 @@ def _own_settings(
         **({"prompts": tuple(prompts)} if prompts else {}),
     )
     out = []
-    if not (strict and _no_token_ids(artifact, console)):
+    if choice.oracle and not (choice.strict and _no_token_ids(artifact, console)):
         oracle = plan(target, tier="oracle", draft=draft, spec=spec, own=mine)
         out.append(verify.verify(artifact, dialect, oracle, console))
-    if strict:
-        ref, ref_draft = _references(target, draft, console)
+    if choice.strict:
+        sha = sha256_file(target, console)
+        own_ref = precision.kind == "f32"
+        ref, ref_draft = _references(target, draft, console, sha, own_ref=own_ref)
         ref_draft_path = ref_draft.path if ref_draft else None
         exact = plan(
             ref.path,
@@ -426,7 +440,66 @@ def _own_settings(
             reference_sha256=ref.sha256,
         )
         out.append(verify.verify(artifact, dialect, exact, console))
-    return Outcome(tuple(out))
+    if choice.after:
+        console.print(f"verify: {choice.after}")
+    quantized = tuple(r.tag for r in out if r.tier == "oracle" and precision.quantized)
+    return Outcome(tuple(out), quantized=quantized)
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """The tiers a --target or --recipe run takes, what it says before (`plan`) and, when
+    only the oracle runs, after (`after`: what that means and how to get the strict tier)."""
+
+    strict: bool
+    oracle: bool
+    plan: str
+    after: str = ""
+
+
+def tiers_for(precision: Precision, name: str, tier: str | None, recipe: bool = False) -> Tiers:
+    """`tier` (strict, oracle, both) as asked, or None: by the target's precision. An F32
+    target is its own strict reference (a recipe's oracle tier still runs, for its own flags;
+    on a file the strict tier already proves token-identical it would add nothing); F16 and
+    BF16 widen to F32 without loss, so the strict tier runs on that copy and the oracle on
+    the file as served; a quantized target gets the oracle tier only, and the F32 copy with
+    --strict (a dequantized copy costs 4 bytes a weight on disk and the time to write it)."""
+    what = precision.describe()
+    gib = precision.f32_bytes / (1 << 30)
+    if tier is None:
+        full = not precision.quantized
+        strict, oracle = full, precision.kind != "f32" or recipe
+    else:
+        strict, oracle = tier in ("strict", "both"), tier in ("oracle", "both")
+    on = {
+        "f32": f"{name} itself (F32)",
+        "half": f"its F32 copy ({what} widens to F32 without loss; {gib:.2f} GiB in the cache)",
+        "quantized": f"an F32 copy of {name} ({what} dequantized; {gib:.2f} GiB in the cache)",
+    }[precision.kind]
+    said = []
+    if strict:
+        said.append(f"the strict tier (token identity, no threshold) on {on}")
+    if oracle:
+        said.append(f"the oracle tier on {name} as it is")
+    plan = f"{name} is {what}: " + " and ".join(said)
+    if strict:
+        return Tiers(strict, oracle, plan)
+    if precision.quantized:
+        fix = (
+            "For the strict tier (speculative output token-identical to plain output, no "
+            "allowance), give an F32, F16 or BF16 file of the same model as --target, or add "
+            f"--strict to run it on an F32 copy of this one ({gib:.2f} GiB, written once in "
+            "the cache)."
+        )
+    else:
+        fix = f"Drop --tier oracle to run the strict tier on {on}."
+    after = (
+        f"only the oracle tier ran on {name}. The oracle judges each emitted token against "
+        "the plain server's choice for the same prefix and allows the noise it measures "
+        "without speculation, so it can pass a wrong token where the two choices are a "
+        f"near-tie; a pass here is weaker than token identity. {fix}"
+    )
+    return Tiers(strict, oracle, plan, after)
 
 
 def _references(
@@ -435,10 +508,17 @@ def _references(
     console: Console,
     target_sha: str | None = None,
     draft_sha: str | None = None,
+    own_ref: bool = False,
 ) -> tuple[Reference, Reference | None]:
     """F32 reference copies of the target and the draft (one copy when they are one file);
-    a sha256 not given is computed (and remembered, see `sha256_file`)."""
-    ref = reference_copy(target, target_sha or sha256_file(target, console), console.print)
+    a sha256 not given is computed (and remembered, see `sha256_file`). `own_ref`: the
+    target is F32 (models.precision), its own reference, as reference_copy would find
+    after parsing the whole header with gguf's slower reader."""
+    sha = target_sha or sha256_file(target, console)
+    if own_ref:
+        ref = Reference(target, target.name, sha, sha, target.stat().st_size)
+    else:
+        ref = reference_copy(target, sha, console.print)
     if draft is None:
         return ref, None
     if draft == target:
