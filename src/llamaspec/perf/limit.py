@@ -45,7 +45,7 @@ from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.models.server_help import help_flags
-from llamaspec.perf import bench
+from llamaspec.perf import bench, reliability
 from llamaspec.perf.bench_report import Sample
 from llamaspec.perf.ceiling import (
     RecipeCeiling,
@@ -243,6 +243,7 @@ class LimitReport:
     plain_ms_per_token: float | None
     recipes: tuple[RecipeCeiling, ...] = ()
     wall_seconds: float = 0.0
+    load: tuple[float, ...] = ()  # 1-minute load averages: at the start and after each server
 
     @property
     def noise(self) -> dict[str, float | None]:
@@ -273,6 +274,7 @@ class LimitReport:
             "points": [asdict(p) for p in self.points],
             "recipes": [asdict(r) for r in self.recipes],
             "wall_seconds": self.wall_seconds,
+            "load": list(self.load),
         }
 
 
@@ -436,6 +438,7 @@ def sweep(
     configs = plan.configurations()
     lengths = sorted(set(plan.lengths) | recipe_lengths(r for _, r in bench_reports))
     started = time.monotonic()
+    load = [reliability.load_now()]
     points: list[Point] = []
     steps: list[StepCost] = []
     total = (len(configs) * plan.repetitions + len(lengths) * plan.step_repetitions) * 2
@@ -466,6 +469,7 @@ def sweep(
             w = Workload("limit-step", "copy-heavy", (PROMPT,), max(plan.tokens, 4 * (gamma + 1)))
             with running(artifact.server, args, logs / f"step-g{gamma}.log") as srv:
                 got = _full_samples(plain_srv, srv, w, plan.step_repetitions, ticker(f"γ={gamma}"))
+            load.append(reliability.load_now())
             if (cost := step_cost(gamma, *got)) is not None:
                 steps.append(cost)
             if gamma not in plan.lengths:
@@ -489,6 +493,7 @@ def sweep(
                         tick(f"synthetic ({rep + 1})")
                         spec.append(bench.run(spec_srv, workload, 1))
                 points.append(point(alpha, gamma, plain, spec))
+                load.append(reliability.load_now())
     recipes = [r for name, rep in bench_reports for r in recipe_ceilings(name, rep, steps)]
     c, fixed, per_token = described(steps)
     plain_ms = [p.plain_ms_per_token for p in points if p.plain_ms_per_token > 0]
@@ -511,6 +516,7 @@ def sweep(
         plain_ms_per_token=statistics.median(plain_ms) if plain_ms else None,
         recipes=tuple(recipes),
         wall_seconds=round(time.monotonic() - started, 1),
+        load=tuple(round(x, 2) for x in load if x is not None),
     )
 
 

@@ -147,6 +147,17 @@ def verdict(report: Mapping[str, Any]) -> str:
     )
 
 
+def _load(report: Mapping[str, Any]) -> list[str]:
+    load = report.get("load") or []
+    if not load:
+        return []
+    return [
+        f"- host load (1-minute averages, {report['machine'].get('cores', '?')} cores; the "
+        f"sweep's own server adds up to its threads): {load[0]:.2f} at the start, "
+        f"{min(load):.2f}–{max(load):.2f} over the sweep"
+    ]
+
+
 def markdown(report: Mapping[str, Any]) -> str:
     m = report["machine"]
     plan = report["plan"]
@@ -175,6 +186,7 @@ def markdown(report: Mapping[str, Any]) -> str:
         f"{_x(noise['speedup'], '.0%')} below its median speedup. A row is above its "
         "ceiling beyond noise only when its lowest repetition's speedup exceeds the ceiling "
         "at the cheapest repetition of the step (in brackets)",
+        *_load(report),
         f"- {verdict(report)}",
         f"- summaries (no ceiling uses them): least-squares c = {_x(report['c'], '.4f')}; "
         f"step − plain decode ≈ {_x(report['overhead_ms'], '.2f', ' ms')} + "
