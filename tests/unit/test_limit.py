@@ -251,6 +251,13 @@ def test_a_recipes_speedup_over_the_ceiling_at_its_counts_and_draft_cost() -> No
     assert copy.ceiling_high == pytest.approx(60 / (30 + 10 * 1.8 + 0.1 * 40), abs=1e-3)
     assert copy.ratio == pytest.approx(1.0 / copy.ceiling, abs=1e-3)
     assert copy.speedup_low == 0.95 and not copy.above
+    # no steps of the bench's own: no second reading; with them, the same engine at them
+    assert copy.bench_ceiling is None and copy.bench_ratio is None
+    timed = _bench()
+    timed["cost_model"] = {"draft_cost_ratio": 0.1, "verify_ratio": {"3": 1.5, "5": 2.5}}
+    [own, _] = limit.recipe_ceilings("bench-r.json", timed, steps)
+    assert own.bench_ceiling == pytest.approx(60 / (30 + 10 * 2.5 + 0.1 * 40), abs=1e-3)
+    assert own.bench_ratio == pytest.approx(1.0 / own.bench_ceiling, abs=1e-3)
     # faster in every repetition than the ceiling at the cheapest step: above, and why
     fast = _bench()
     fast["workloads"][0]["summary"] = {

@@ -201,6 +201,10 @@ class RecipeCeiling:
     ceiling_high: float | None = None  # at the cheapest repetition of the step
     speedup_low: float | None = None  # the bench's lowest repetition
     above: bool = False  # beyond noise
+    # the same perfect engine at the steps the bench run itself timed (its cost model's
+    # `verify_ratio`), beside the sweep's: a second reading, taken with the speedup
+    bench_ceiling: float | None = None
+    bench_ratio: float | None = None
 
 
 def _usable(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -228,6 +232,14 @@ def _requests(cell: Mapping[str, Any]) -> int:
     reps = len(cell.get("spec") or []) or 1
     w = WORKLOADS.get(str(cell.get("workload")))
     return reps * (len(w.turns) if w else 1)
+
+
+def _own_steps(cost_model: Any) -> dict[float, float]:
+    """The verification steps a bench run timed itself, in plain decodes ({} where none)."""
+    raw = cost_model.get("verify_ratio") if isinstance(cost_model, Mapping) else None
+    if not isinstance(raw, Mapping) or not raw:
+        return {}
+    return {1: 1.0, **{int(k): float(v) for k, v in raw.items()}}
 
 
 def recipe_ceilings(
@@ -280,6 +292,12 @@ def recipe_ceilings(
         ceiling = perfect_speedup(*args, r, float(draft_cost))
         high = perfect_speedup(*args, low, float(draft_cost))
         lows = [float(x) for x in s.get("speedup_by_repetition") or [speedup]]
+        own = _own_steps(cost_model)
+        mine = (
+            perfect_speedup(*args, costmodel.ratio(own, gamma + 1.0), float(draft_cost))
+            if own
+            else None
+        )
         above = high is not None and min(lows) > high
         out.append(
             RecipeCeiling(
@@ -303,6 +321,8 @@ def recipe_ceilings(
                 ceiling_high=rounded(high, 4),
                 speedup_low=min(lows),
                 above=above,
+                bench_ceiling=rounded(mine, 4),
+                bench_ratio=round(float(speedup) / mine, 4) if mine else None,
             )
         )
     return out

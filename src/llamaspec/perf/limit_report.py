@@ -53,6 +53,7 @@ RECIPE_HEAD = (
     "step r",
     "ceiling (at cheapest step)",
     "speedup ÷ ceiling",
+    "at the bench's own steps",
 )
 
 
@@ -123,6 +124,7 @@ def recipe_rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
                 _x(r["ratio"])
                 + _flag(bool(r.get("above")), r["ratio"])
                 + (" unreliable bench" if r.get("unreliable") else ""),
+                _x(r.get("bench_ceiling"), unit="×") + f" → {_x(r.get('bench_ratio'))}",
             )
         )
     return out
@@ -215,7 +217,9 @@ def markdown(report: Mapping[str, Any]) -> str:
             "step (interpolated between the lengths timed) plus the draft's cost (the bench "
             "cost model's `draft_cost_ratio`, 0 for n-gram drafts). A ratio marked "
             "*unreliable bench* comes from a speedup its own bench report does not trust "
-            "(its verdict names why): shown, not a headline.",
+            "(its verdict names why): shown, not a headline. The last column is the same "
+            "perfect engine at the verification steps the bench run timed itself (its cost "
+            "model's `verify_ratio`, taken at the time of its speedup), and the ratio to it.",
             "",
             *_table(RECIPE_HEAD, recipe_rows(report)),
         ]
