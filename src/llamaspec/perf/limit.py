@@ -75,7 +75,7 @@ DEFAULT_LENGTHS = (1, 2, 4, 8)
 DEFAULT_TOKENS = 64
 DEFAULT_REPETITIONS = 2
 # Repetitions of each length's verification step (its spread is the noise the report states).
-STEP_REPETITIONS = 5
+STEP_REPETITIONS = 3
 # The highest α a sweep takes: at 1 every draft is accepted and L is γ + 1 for any cost.
 MAX_ALPHA = 1.0
 # Where upstream llama.cpp gained synthetic acceptance (`--spec-synth-len`,
