@@ -37,6 +37,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "--native llamacpp-cpu-9036434bcbf5",
     ),
     "patches": ("llamaspec patches status --engine ik_llama.cpp",),
+    "oracle-power": (
+        "llamaspec oracle-power --artifact llamacpp-cpu-fcbde389e65a",
+        "llamaspec oracle-power --short --reports power-reports",
+    ),
     "patches status": ("llamaspec patches status --engine ik_llama.cpp --source pypi",),
     "patches export": ("llamaspec patches export exported-patches",),
     "patches import": ("llamaspec patches import exported-patches",),

@@ -36,6 +36,7 @@ MAINTAINER = (
     "cuda-compile-check",
     "gpu-acceptance",
     "health",
+    "oracle-power",
 )
 LOG_WIDTH = 200  # the width of tables written to a file or pipe
 MAINT_HELP = (

@@ -23,8 +23,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         help="built-in models by name: embedded, hybrid, and the random-weight reference models "
-        "of the other speculation types (mtp, eagle3, gemma4, dflash, dspark; glm4moe-mtp for "
-        "ik_llama.cpp). Default: every one the build can serve (hybrid only where it has no "
+        "of the other speculation types (mtp, qwen35-mtp, qwen35moe-mtp, eagle3, gemma4, "
+        "dflash, dspark; glm4moe-mtp for ik_llama.cpp). Default: every one the build can serve (hybrid only where it has no "
         "catalogued hybrid defect). A GGUF file of your own goes to --target FILE",
     )
     v.add_argument(
@@ -104,6 +104,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     v.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
     v.set_defaults(handler=cmd_verify)
+    op = sub.add_parser(
+        "oracle-power",
+        help="the oracle's power: defects planted into real outputs of the embedded quantized "
+        "model, judged by both tiers; detection and false-alarm rates",
+    )
+    shared.add_artifact_args(op)
+    op.add_argument(
+        "--short",
+        action="store_true",
+        help="two prompts, one swap position, one clean method (CI's version, a few minutes)",
+    )
+    op.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    op.set_defaults(handler=cmd_oracle_power)
 
 
 def cmd_verify(args: argparse.Namespace, console: Console) -> None:
@@ -150,6 +163,15 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> None:
             args.server_defaults,
         )
     outcome.raise_if_failed(artifact, args.reports)
+
+
+def cmd_oracle_power(args: argparse.Namespace, console: Console) -> None:
+    from llamaspec.models.dialects import dialect_for
+    from llamaspec.proof import planted
+
+    artifact = shared.load_artifact(args)
+    dialect = dialect_for(artifact, console.print)
+    planted.measure(artifact, dialect, args.reports, console, args.short)
 
 
 def _check(args: argparse.Namespace) -> None:

@@ -1,6 +1,7 @@
 """The oracle tier's envelope: how far plain decoding's own tokens stray from the oracle's
-choice (`calibrate`), and the verdict on one speculative output's per-token gaps against it
-(`judge_gaps`: within the envelope, a near-tie, or over)."""
+choice (`calibrate`), how far one prefix's gaps move between two evaluations of it (`noise`,
+the near-tie allowance), and the verdict on one speculative output's per-token gaps against
+them (`judge_gaps`: within the envelope, a near-tie, or over)."""
 
 from __future__ import annotations
 
@@ -8,28 +9,62 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from llamaspec.proof import oracle as oracle_mod
-from llamaspec.proof.verify_report import NEAR_TIE_RANK, Case, Envelope, EnvelopeFailure, Flip
+from llamaspec.proof.verify_report import Case, Envelope, EnvelopeFailure, Flip
+from llamaspec.runtime.client import Prompt, Server, decode_with_top
 
-# The oracle's second choice within this many nats of its first is a near-tie that plain
-# decoding flips too (the runner-up at least e^-1 ≈ 37 % as likely): in the oracle tier such
-# a token passes whatever its prompt's envelope. Plain decoding on the CPU build, with no
-# speculation, put its own tokens up to 0.83 nats from the oracle's choice (micro-batch 4,
-# reports/verify-llamacpp-cpu-2a65556682b3-embedded-oracle.md); a token of rank 3 or lower,
-# or a runner-up further behind, still needs an envelope of its own prompt and mode that
-# holds it. (On an H100 plain decoding reached
-# 1.60 nats: proof.defects.OPEN_FINDINGS.)
-NEAR_TIE_NATS = 1.0
+# The first choices whose gaps the noise is measured on: the runner-up and the third, the
+# tokens a flip by noise reaches (further ranks trail by more than any noise measured here).
+NOISE_RANKS = 3
+
+
+def noise(
+    one_at_a_time: Sequence[Mapping[int, float]], batched: Sequence[Mapping[int, float]]
+) -> float:
+    """How far the gap of a first-choice token moves between two evaluations of the same
+    prefixes: per position, the top-k log-probabilities of plain decoding (one token at a
+    time) and of the oracle (the prefix evaluated in a batch); for the tokens ranked 2 to
+    NOISE_RANKS by either, the largest change of their gap behind each one's first choice."""
+    worst = 0.0
+    for a, b in zip(one_at_a_time, batched, strict=False):
+        if not a or not b:
+            continue
+        best_a, best_b = max(a.values()), max(b.values())
+        firsts = {*sorted(a, key=lambda t: -a[t])[:NOISE_RANKS]}
+        firsts |= {*sorted(b, key=lambda t: -b[t])[:NOISE_RANKS]}
+        for t in firsts:
+            if t in a and t in b:
+                worst = max(worst, abs((best_a - a[t]) - (best_b - b[t])))
+    return round(worst, 4)
+
+
+def measured_noise(
+    orc: oracle_mod.Oracle, server: Server, prompts: Sequence[Prompt]
+) -> dict[str, float]:
+    """Each prompt's near-tie allowance (`noise`): its plain output decoded one token at a
+    time on `server`, against the oracle's evaluation of the same prefixes."""
+    out = {}
+    for p in prompts:
+        tokens, tops = decode_with_top(server, p)
+        out[p.name] = noise(tops, [orc.top(p, tokens[:i])[1] for i in range(len(tokens))])
+    return out
+
+
+def with_noise(env: Envelope, by_prompt: Mapping[str, float]) -> Envelope:
+    """`env` with each prompt's measured noise as its near-tie allowance."""
+    return replace(env, noise=dict(by_prompt), near_tie=max(by_prompt.values(), default=0.0))
 
 
 def calibrate(
     configs: Sequence[tuple[str, str]],
     worst: Mapping[str, Mapping[str, float]],
     failures: Sequence[EnvelopeFailure] = (),
-    near_tie: float = NEAR_TIE_NATS,
+    noise_by_prompt: Mapping[str, float] | None = None,
 ) -> Envelope:
     """The envelope from the plain outputs' largest gaps, `worst[config][prompt]`, for
     `configs` as (name, mode the configuration calibrates): per prompt and configuration,
-    and the whole run's summary (a configuration that crashed is missing from `worst`)."""
+    and the whole run's summary (a configuration that crashed is missing from `worst`);
+    `noise_by_prompt` (nats, `noise`) is each prompt's near-tie allowance (0.0: none)."""
+    by_noise = dict(noise_by_prompt or {})
     by_prompt: dict[str, dict[str, float]] = {}
     for name, _ in configs:
         for prompt, gap in worst.get(name, {}).items():
@@ -43,16 +78,17 @@ def calibrate(
         tuple(failures),
         by_prompt,
         dict(configs),
-        near_tie,
+        max(by_noise.values(), default=0.0),
+        by_noise,
     )
 
 
 def _allowed(g: oracle_mod.Gap, envelope: float, near_tie: float) -> str | None:
-    """Why a token passes: within its prompt and mode's `envelope`, or a near-tie (the
-    oracle's first NEAR_TIE_RANK choices within `near_tie` nats); None when it does not."""
+    """Why a token passes: within its prompt and mode's `envelope`, or a near-tie (its gap
+    within `near_tie`, its prompt's measured noise); None when it does not."""
     if g.gap <= envelope:
         return "envelope"
-    if g.rank is not None and g.rank <= NEAR_TIE_RANK and g.gap <= near_tie:
+    if g.gap <= near_tie:
         return "near-tie"
     return None
 
@@ -66,8 +102,8 @@ def judge_gaps(
 ) -> Case:
     """The oracle tier's verdict on one output: its per-token gaps are recorded, every token
     that is not the oracle's choice among them (`flips`, with `text` for token texts), and a
-    token neither within `envelope` (its prompt and mode's) nor a near-tie (the oracle's
-    runner-up within `near_tie` nats; the tier passes NEAR_TIE_NATS) fails it (a different
+    token neither within `envelope` (its prompt and mode's) nor a near-tie (within
+    `near_tie` nats: its prompt's measured noise) fails it (a different
     output whose every token passes is within)."""
     over = [g for g in gaps if _allowed(g, envelope, near_tie) is None]
     kind = case.kind

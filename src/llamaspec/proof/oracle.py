@@ -52,16 +52,21 @@ class Oracle:
             self._prompt_ids[prompt.text] = self.server.tokenize(prompt.text)
         return self._prompt_ids[prompt.text]
 
+    def top(self, prompt: Prompt, prefix: Sequence[int]) -> tuple[int, dict[int, float]]:
+        """The oracle's choice after `prompt` and the emitted `prefix`, and its top-k
+        log-probabilities (memoized)."""
+        key = (prompt.text, tuple(prefix))
+        if key not in self._memo:
+            ids = self.prompt_ids(prompt)
+            self._memo[key] = next_token_logprobs(self.server, [*ids, *prefix])
+            self.requests += 1
+        return self._memo[key]
+
     def gaps(self, prompt: Prompt, tokens: Sequence[int]) -> list[Gap]:
         """The gap of every token of `tokens`, generated after `prompt`."""
-        ids = self.prompt_ids(prompt)
         out = []
         for i, tok in enumerate(tokens):
-            key = (prompt.text, tuple(tokens[:i]))
-            if key not in self._memo:
-                self._memo[key] = next_token_logprobs(self.server, [*ids, *tokens[:i]])
-                self.requests += 1
-            chosen, top = self._memo[key]
+            chosen, top = self.top(prompt, tokens[:i])
             best = top.get(chosen, max(top.values(), default=0.0))
             gap = best - top[int(tok)] if int(tok) in top else math.inf
             out.append(Gap(i, int(tok), chosen, max(0.0, gap), _rank(int(tok), chosen, top)))

@@ -13,8 +13,9 @@ parallel slots:
   the configurations that change only kernel shapes and calibrate that mode (one request at
   a time: micro-batches, flash attention; the parallel mode adds parallel slots); a
   speculative token whose gap exceeds
-  it fails, unless it is a near-tie (one of the oracle's first NEAR_TIE_RANK choices within
-  NEAR_TIE_NATS).
+  it fails, unless it is a near-tie: its gap within its prompt's measured noise (how far
+  a first choice's gap moves between decoding the prefix one token at a time and the
+  oracle's batched evaluation of it, proof.envelope.noise).
 
 This module runs them (`verify`, given a `VerifyPlan`); the methods a build offers come
 from models.methods, the built-in prompts from proof.prompts, and the report it returns
@@ -45,7 +46,7 @@ from llamaspec.models.methods import (
 from llamaspec.models.server_help import check_help
 from llamaspec.proof import oracle as oracle_mod
 from llamaspec.proof.defects import Defect, known_defect
-from llamaspec.proof.envelope import calibrate, judge_gaps
+from llamaspec.proof.envelope import calibrate, judge_gaps, measured_noise, with_noise
 from llamaspec.proof.prompts import FAST_PROMPTS, VERIFY_PROMPTS
 from llamaspec.proof.verify_report import (
     Case,
@@ -199,7 +200,7 @@ def strict(
             if case.kind not in ("different", "longer", "short"):
                 return case
             if orc is None:  # a plain one-slot server, only when needed
-                orc = oracle_mod.Oracle(stack.enter_context(_oracle_server(artifact, setup, logs)))
+                orc = oracle_mod.Oracle(stack.enter_context(oracle_server(artifact, setup, logs)))
             gaps = _gaps(orc, p, s)
             return replace(
                 case,
@@ -260,7 +261,7 @@ def _one_slot(setup: Setup, ctx: int) -> tuple[str, ...]:
     return (*own, *setup.base[len(own) :])
 
 
-def _oracle_server(artifact: Artifact, setup: Setup, logs: Path):
+def oracle_server(artifact: Artifact, setup: Setup, logs: Path):
     """A plain one-slot server for per-token checks (prompt cache on)."""
     return running(artifact.server, list(_one_slot(setup, 8192)), logs / "oracle.log")
 
@@ -396,7 +397,7 @@ def oracle_tier(
 
     `own`: a recipe under its own flags, run after the sweep without the determinism flags
     and judged against the same reference, oracle and envelope (rows with flags "own")."""
-    with _oracle_server(artifact, setup, logs) as osrv:
+    with oracle_server(artifact, setup, logs) as osrv:
         setup = prepared(osrv, setup)
         probe = complete(osrv, setup.prompts[0])
         if probe.tokens and not isinstance(probe.tokens[0], int):
@@ -409,17 +410,20 @@ def oracle_tier(
         orc = oracle_mod.Oracle(osrv)
         own_setup = setup.server_defaults() if own is not None else None
         env = measure_envelope(artifact, setup, help_text, orc, logs, console.print, own_setup)
-        console.print(
-            f"verify: oracle: envelope per prompt and mode, largest {env.max_gap:.3f} nats "
-            f"{env.by_config}; near-ties to {env.near_tie} nats"
-        )
 
         def judge(case: Case, p: Prompt, s: Completion) -> Case:
             allowance = env.allowance(p.name, case.mode)
-            return judge_gaps(case, _gaps(orc, p, s), allowance, env.near_tie, orc.text)
+            near_tie = env.near_tie_for(p.name)
+            return judge_gaps(case, _gaps(orc, p, s), allowance, near_tie, orc.text)
 
         with running(artifact.server, list(setup.base), logs / "reference.log") as ref:
             refs = run_prompts(ref, setup.prompts, parallel=False)
+            env = with_noise(env, measured_noise(orc, ref, setup.prompts))
+            console.print(
+                f"verify: oracle: envelope per prompt and mode, largest {env.max_gap:.3f} nats "
+                f"{env.by_config}; near-ties within each prompt's measured noise, up to "
+                f"{env.near_tie:.3f} nats {dict(env.noise)}"
+            )
             results = _sweep(artifact, setup, methods, modes, logs, console, ref, refs, judge)
             if own is not None:
                 console.print(

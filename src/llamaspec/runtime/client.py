@@ -394,6 +394,19 @@ def top_logprobs_at(
     return token_key(entry), _top(entry)
 
 
+def decode_with_top(
+    server: Server, prompt: Prompt | Sequence[int], n_predict: int | None = None
+) -> tuple[list[int], list[dict[int, float]]]:
+    """One greedy request decoded one token at a time, with its top-k log-probabilities at
+    every emitted token: (token ids, [{token: logprob}] per position)."""
+    reply = server.post("/completion", request(prompt, n_predict=n_predict, n_probs=TOP_K))
+    probs = reply.get("completion_probabilities") or []
+    tokens = [int(token_key(p)) for p in probs]
+    if reply.get("tokens") is not None and list(reply["tokens"]) != tokens:
+        raise server.failure("the server's token ids and its per-token probabilities disagree")
+    return tokens, [{int(k): v for k, v in _top(p).items()} for p in probs]
+
+
 def next_token_logprobs(server: Server, tokens: Sequence[int]) -> tuple[int, dict[int, float]]:
     """The server's greedy next token after exactly `tokens`, and its top-k log-probabilities.
 
