@@ -24,8 +24,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=[],
         help="built-in models by name: embedded, hybrid, and the random-weight reference models "
         "of the other speculation types (mtp, qwen35-mtp, qwen35moe-mtp, eagle3, gemma4, "
-        "dflash, dspark; glm4moe-mtp for ik_llama.cpp). Default: every one the build can serve (hybrid only where it has no "
-        "catalogued hybrid defect). A GGUF file of your own goes to --target FILE",
+        "dflash, dspark; glm4moe-mtp for ik_llama.cpp). Default: every one the build can "
+        "serve (hybrid only where it has no catalogued hybrid defect). A GGUF file of your "
+        "own goes to --target FILE",
     )
     v.add_argument(
         "--tier",
