@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from llamaspec.errors import LlamaspecError
-from llamaspec.runtime import metrics
+from llamaspec.runtime import loopback, metrics
 from llamaspec.runtime.client import Server
 
 # Batch sizes the target is timed at (k ≤ the largest asked for); others are interpolated.
@@ -114,7 +114,7 @@ def parse_metrics(text: str) -> SpecCounters:
 
 def counters(server: Server) -> SpecCounters:
     try:
-        reply = httpx.get(server.url + "/metrics", timeout=10)
+        reply = loopback.get(server.url + "/metrics", 10)
     except httpx.HTTPError:
         return SpecCounters()
     return parse_metrics(reply.text) if reply.status_code == 200 else SpecCounters()

@@ -59,7 +59,7 @@ from llamaspec.perf.load_plan import (
 )
 from llamaspec.perf.workloads import WORKLOADS
 from llamaspec.progress import bar
-from llamaspec.runtime import metrics
+from llamaspec.runtime import loopback, metrics
 from llamaspec.runtime.client import Server, running, server_help
 
 SAMPLE_S = 1.0  # the sampler's period
@@ -189,7 +189,7 @@ def one_request(
     limits = httpx.Timeout(timeout, connect=5.0)
     try:
         if not item.stream:
-            r = httpx.post(url + "/completion", json=body(item.prompt, False), timeout=limits)
+            r = loopback.post(url + "/completion", body(item.prompt, False), limits)
             reply = reply_json(r.text)
             rec.outcome, rec.reason = classify_reply(r.status_code, reply)
             if r.status_code == 200 and reply:
@@ -209,9 +209,7 @@ def one_request(
 def _stream(
     url: str, item: Planned, rec: Record, t0: float, deadline: float, limits: httpx.Timeout
 ) -> None:
-    with httpx.stream(
-        "POST", url + "/completion", json=body(item.prompt, True), timeout=limits
-    ) as r:
+    with loopback.stream("POST", url + "/completion", body(item.prompt, True), limits) as r:
         if r.status_code != 200:
             rec.outcome, rec.reason = classify_reply(r.status_code, reply_json(r.read().decode()))
             return
@@ -254,7 +252,7 @@ def _stream(
 def slot_ctx(server: Server) -> int | None:
     """The context a slot really has (/slots `n_ctx`; the engine rounds small ones up)."""
     try:
-        reply = httpx.get(server.url + "/slots", timeout=10)
+        reply = loopback.get(server.url + "/slots", 10)
         slots = reply.json() if reply.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None

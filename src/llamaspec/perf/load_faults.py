@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import httpx
 
 from llamaspec.perf.load_plan import LoadPrompt
-from llamaspec.runtime import metrics
+from llamaspec.runtime import loopback, metrics
 
 
 @dataclass
@@ -83,7 +83,7 @@ def stall(
     open); watch the slots until none is busy; close after `bound` seconds if one still is.
     Run it when no other client is busy, so a busy slot is the stalled one."""
     st = Stall(phase, mode)
-    client = httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0))
+    client = loopback.client(httpx.Timeout(timeout, connect=5.0))
     try:
         req = client.build_request("POST", url + "/completion", json=body(prompt, True, budget))
         r = client.send(req, stream=True)
@@ -96,11 +96,11 @@ def stall(
 
         def busy() -> bool | None:
             try:
-                reply = httpx.get(url + "/slots", timeout=5)
+                reply = loopback.get(url + "/slots", 5)
                 if reply.status_code == 200:
                     return any(s.get("is_processing") for s in reply.json())
                 st.watched_with = "/metrics llamacpp:requests_processing"
-                page = metrics.parse(httpx.get(url + "/metrics", timeout=5).text)
+                page = metrics.parse(loopback.get(url + "/metrics", 5).text)
                 return page.get("llamacpp:requests_processing", {}).get((), 0.0) > 0
             except (httpx.HTTPError, ValueError, metrics.MetricsFormatError):
                 return None

@@ -26,7 +26,7 @@ import httpx
 from llamaspec.errors import LlamaspecError, missing_extra
 from llamaspec.models.server_help import server_help
 from llamaspec.procs import kill_group
-from llamaspec.runtime import metrics
+from llamaspec.runtime import loopback, metrics
 
 __all__ = [
     "HOST",
@@ -128,7 +128,7 @@ class Server:
     def post(self, path: str, payload: dict, timeout: float = 600) -> dict:
         """POST JSON and return the JSON reply; a dead server or error reply is an error."""
         try:
-            r = httpx.post(self.url + path, json=payload, timeout=timeout)
+            r = loopback.post(self.url + path, payload, timeout)
         except httpx.HTTPError as exc:
             if self.proc.poll() is not None:
                 raise self.failure(f"llama-server died (exit {self.proc.returncode})") from None
@@ -148,7 +148,7 @@ class Server:
     def metrics(self) -> dict[str, float]:
         """The Prometheus counters of /metrics (server started with --metrics), by name."""
         try:
-            text = httpx.get(self.url + "/metrics", timeout=10).text
+            text = loopback.get(self.url + "/metrics", 10).text
         except httpx.HTTPError:
             return {}
         try:
@@ -165,7 +165,12 @@ class Server:
             raise missing_extra(
                 "smoke", "openai", "The smoke test's check of the OpenAI-compatible endpoint"
             ) from None
-        client = OpenAI(base_url=self.url + "/v1", api_key="llamaspec", timeout=300)
+        client = OpenAI(
+            base_url=self.url + "/v1",
+            api_key="llamaspec",
+            timeout=300,
+            http_client=loopback.client(300),
+        )
         text, timings = "", {}
         try:
             stream = client.chat.completions.create(
@@ -251,7 +256,7 @@ def _wait_ready(server: Server, timeout: float) -> None:
                 f"llama-server exited during start-up (exit {server.proc.returncode})"
             )
         try:
-            status = httpx.get(server.url + "/health", timeout=5).status_code
+            status = loopback.get(server.url + "/health", 5).status_code
             if status == 200:
                 return
             last, strikes = f"/health answered HTTP {status}", 0

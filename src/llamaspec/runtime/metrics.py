@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from llamaspec.runtime import loopback
+
 __all__ = [
     "PREFIX",
     "MetricsFormatError",
@@ -155,7 +157,7 @@ def read(url: str, timeout: float = 10) -> SpecCounters | None:
     """The counters of the server at `url` (e.g. http://127.0.0.1:8080); None when it serves
     no `/metrics` (started without `--metrics`), cannot be reached, or serves another format."""
     try:
-        reply = httpx.get(url.rstrip("/") + "/metrics", timeout=timeout)
+        reply = loopback.get(url.rstrip("/") + "/metrics", timeout)
     except httpx.HTTPError:
         return None
     if reply.status_code != 200:
