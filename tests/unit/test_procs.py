@@ -215,3 +215,51 @@ def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "survived True", proc.stderr
+
+
+# A llamaspec stand-in that starts `sleep 600` the way `how` says, prints its pid, waits.
+ORPHANER = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    from llamaspec import procs
+    how = sys.argv[1]
+    if how == "helper":
+        child = subprocess.Popen(
+            ["sleep", "600"], start_new_session=True, preexec_fn=procs.die_with_parent()
+        )
+        print(child.pid, flush=True)
+        time.sleep(600)
+    elif how == "popen":
+        with procs.popen(["sleep", "600"], timeout=None) as stream:
+            print(stream.proc.pid, flush=True)
+            time.sleep(600)
+    else:  # run: the child prints its own pid (its output is not captured)
+        procs.run(["sh", "-c", "echo $$; exec sleep 600"], timeout=600, capture=False)
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("how", ["helper", "popen", "run"])
+def test_a_sigkilled_parent_leaves_no_child(how: str) -> None:
+    """SIGKILL gives llamaspec no handler to run: the kernel's parent-death signal stops
+    the children it started (a server would otherwise keep its port and memory)."""
+    parent = subprocess.Popen([PY, "-c", ORPHANER, how], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    try:
+        assert _alive(child)
+        time.sleep(0.2)  # the child is in `sleep`, past its preexec
+        parent.kill()
+        parent.wait(timeout=10)
+        assert _gone(child), f"the {how} child {child} outlived its SIGKILLed parent"
+    finally:
+        parent.kill()
+        parent.wait()
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_no_parent_death_signal_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(procs, "_prctl", None)
+    assert procs.die_with_parent() is None
