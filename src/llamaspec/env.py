@@ -3,11 +3,19 @@ its default. The docs' reference page (reference/environment.md) is rendered fro
 when the site is built, and a unit test (tests/unit/test_env.py) fails when the code reads a
 variable the table lacks or the table names one nothing reads.
 
-A base module: it imports nothing of llamaspec's."""
+A variable of kind `seconds` is read through `seconds` and checked by `check` when a
+command starts: a value that is not a positive finite number is one paragraph naming it.
+
+A base module: of llamaspec's, it imports only `errors`."""
 
 from __future__ import annotations
 
+import math
+import os
+import re
 from dataclasses import dataclass
+
+from llamaspec.errors import LlamaspecError
 
 LLAMASPEC = "llamaspec"  # read by the llamaspec command (and the nox sessions)
 IMAGE = "image"  # read inside a built image (docker/entrypoint.sh, docker/healthcheck.sh)
@@ -21,6 +29,7 @@ class EnvVar:
     meaning: str
     default: str
     read_by: str = LLAMASPEC
+    kind: str = "text"  # "seconds": a positive finite number, checked by `check`
 
 
 CACHE = EnvVar(
@@ -57,8 +66,10 @@ ROOT = EnvVar(
 SERVER_READY_TIMEOUT = EnvVar(
     "LLAMASPEC_SERVER_READY_TIMEOUT",
     "Seconds to wait for a llama-server that llamaspec started (smoke, verify, bench, tune) "
-    "to answer `/health` before giving up.",
+    "to answer `/health` before giving up: a number greater than 0 (`1800`, `2.5`); empty "
+    "is unset.",
     "900 (a Vulkan smoke test sets 3600 for itself when unset)",
+    kind="seconds",
 )
 SMOKE_STRICT_ON_SOFTWARE = EnvVar(
     "LLAMASPEC_SMOKE_STRICT_ON_SOFTWARE",
@@ -184,6 +195,32 @@ VARIABLES: tuple[EnvVar, ...] = (
     GATE_LOG,
 )
 BY_NAME = {v.name: v for v in VARIABLES}
+
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
+def seconds(var: EnvVar, default: float) -> float:
+    """`var`'s value as seconds (`default` when unset or empty); a value that is not a
+    plain positive number (`abc`, `nan`, `-1`, `0`, `1e999`) is a LlamaspecError."""
+    raw = os.environ.get(var.name, "")
+    if raw == "":
+        return default
+    value = float(raw) if _NUMBER.fullmatch(raw) else math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise LlamaspecError(
+            f"The environment variable {var.name} is {raw!r}, which is not a number of "
+            f"seconds greater than 0 (it says how long llamaspec waits for a server it "
+            f"started to answer /health). Set it to a plain number such as "
+            f"`{var.name}=1800`, or unset it for the default ({var.default.split()[0]})."
+        )
+    return value
+
+
+def check() -> None:
+    """Refuse, before a command does anything, a variable whose value its kind rules out."""
+    for var in VARIABLES:
+        if var.kind == "seconds" and var.read_by == LLAMASPEC:
+            seconds(var, 1.0)
 
 
 def _table(variables: list[EnvVar]) -> list[str]:

@@ -160,3 +160,44 @@ def test_the_defaults_the_table_states_are_the_code_s() -> None:
     docker = ROOT / "docker"
     assert "LLAMASPEC_HOST=0.0.0.0 LLAMASPEC_PORT=8080" in (docker / "Dockerfile.cpu").read_text()
     assert env.PORT_FILE.default.strip("`") in (docker / "entrypoint.sh").read_text()
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "-1", "0", "inf", "1e999", " 5", "1_0", "5\n"])
+def test_a_bad_number_of_seconds_is_one_paragraph_naming_it(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llamaspec.errors import LlamaspecError
+
+    monkeypatch.setenv(env.SERVER_READY_TIMEOUT.name, value)
+    with pytest.raises(LlamaspecError) as err:
+        env.check()
+    said = str(err.value)
+    assert env.SERVER_READY_TIMEOUT.name in said and repr(value) in said
+    assert "=1800" in said and "\n" not in said.replace(repr(value), "")
+    with pytest.raises(LlamaspecError):
+        env.seconds(env.SERVER_READY_TIMEOUT, 900.0)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("1800", 1800.0), ("2.5", 2.5), ("", 900.0)])
+def test_a_good_number_of_seconds_is_read(
+    value: str, seconds: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(env.SERVER_READY_TIMEOUT.name, value)
+    env.check()
+    assert env.seconds(env.SERVER_READY_TIMEOUT, 900.0) == seconds
+
+
+def test_the_server_start_reads_its_limit_through_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`running` refuses a bad limit before it starts anything (no server blamed for it)."""
+    from llamaspec.errors import LlamaspecError
+    from llamaspec.runtime import client
+
+    monkeypatch.setenv(env.SERVER_READY_TIMEOUT.name, "nan")
+    with (
+        pytest.raises(LlamaspecError, match="not a number of seconds"),
+        client.running(tmp_path / "no-server", [], tmp_path / "log" / "server.log"),
+    ):
+        pass
+    assert not (tmp_path / "log").exists()

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from llamaspec import __version__
+from llamaspec import __version__, env
 from llamaspec.cli import bench as cli_bench
 from llamaspec.cli import build as cli_build
 from llamaspec.cli import docker as cli_docker
@@ -110,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = LOG_WIDTH  # a log keeps whole tables (rich assumes 80 columns)
     try:
+        env.check()  # a variable set to what its kind rules out: refused before any work
         options.settle_patch_source(args)
         args.handler(args, console)  # each command parser sets its handler
     except LlamaspecError as exc:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from llamaspec import env as envvars
 from llamaspec.errors import LlamaspecError, missing_extra
 from llamaspec.models.server_help import server_help
 from llamaspec.procs import die_with_parent, kill_group
@@ -206,7 +207,7 @@ def running(
     The start-up limit defaults to LLAMASPEC_SERVER_READY_TIMEOUT seconds, else 900.
     `prefix`: a program that runs the server (e.g. an emulator: `qemu-x86_64 -cpu Nehalem`)."""
     if ready_timeout is None:
-        ready_timeout = float(os.environ.get("LLAMASPEC_SERVER_READY_TIMEOUT", "900"))
+        ready_timeout = envvars.seconds(envvars.SERVER_READY_TIMEOUT, 900.0)
     port = free_port()
     argv = [*prefix, str(Path(server_bin).resolve()), *args, "--host", HOST, "--port", str(port)]
     log.parent.mkdir(parents=True, exist_ok=True)
