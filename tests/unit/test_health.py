@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -276,6 +277,27 @@ def test_select_picks_by_engine_sha_prefix_and_label() -> None:
     assert health.select(pins, [], ["3333,latest"], known) == pins[1:]
     with pytest.raises(LlamaspecError, match="'3333' is not in the health list of llama.cpp"):
         health.select(pins, ["llama.cpp"], ["3333"], known)
+
+
+@pytest.mark.parametrize("text", [",", "1111,", ",1111", "1111,,latest", "1111, ,latest", " "])
+def test_select_refuses_an_empty_pin_item(text: str) -> None:
+    """A stray comma is not "every pin" (it once started the whole matrix)."""
+    pins = [pin(1), pin(2, label="latest")]
+    with pytest.raises(LlamaspecError, match="has an empty item") as err:
+        health.select(pins, [], ["latest", text], ["llama.cpp"])
+    assert repr(text) in str(err.value)
+
+
+def test_an_unknown_recipe_is_refused_before_dist_is_touched(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """No probe folder is made in dist/ (its mtime stays) for a request that is refused."""
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    os.utime(dist, ns=(1_000_000_000, 1_000_000_000))
+    rc = main(["maint", "health", "--recipe", "nosuch", "--dist", str(dist)])
+    assert rc == 2 and "Unknown recipe 'nosuch'" in capsys.readouterr().err
+    assert dist.stat().st_mtime_ns == 1_000_000_000
 
 
 @pytest.mark.parametrize(

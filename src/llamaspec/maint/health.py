@@ -184,7 +184,14 @@ def select(
     for e in engines:
         choose("engine", e, known)
     chosen = [p for p in pins if not engines or p.engine in engines]
-    wanted = [w.strip() for text in wanted for w in text.split(",") if w.strip()]
+    for text in wanted:
+        if not all(w.strip() for w in text.split(",")):
+            raise LlamaspecError(
+                f"--pins {text!r} has an empty item (a stray comma, or only blanks between "
+                "two): name each pin, e.g. `--pins b8f1a3c,b4567`, or leave --pins out for "
+                "every pin of the list."
+            )
+    wanted = [w.strip() for text in wanted for w in text.split(",")]
     if not wanted:
         return chosen
     out = []
@@ -232,11 +239,11 @@ def command(
     pins = select(health_list(), engines, wanted, known)
     if not pins:
         raise LlamaspecError("The health list holds no pin of the engines named.")
-    check_dist(dist)
     if bench or sweep:
         from llamaspec.models import recipes
 
-        recipes.find(recipe)  # an unknown recipe is refused before any build
+        recipes.find(recipe)  # an unknown recipe is refused before any build or probe of dist/
+    check_dist(dist)
     settings = {
         "recipe": recipe,
         "repetitions": repetitions,
