@@ -214,6 +214,15 @@ def test_the_catalog_recipe_baseline_comes_from_its_committed_report() -> None:
         ({"fraction": 1.5}, "--fraction 1.5 is not between 0 and 1"),
         ({"target": "nohost"}, "--target 'nohost' is not HOST:PORT"),
         ({"target": "h:99999"}, "--target 'h:99999' is not HOST:PORT"),
+        ({"window": "10m\n"}, "--window '10m\\n' is not a Prometheus duration"),
+        ({"window": " 10m"}, "--window ' 10m' is not a Prometheus duration"),
+        ({"scrape_interval": "15s\t"}, "--scrape-interval '15s\\t' is not a Prometheus"),
+        ({"hold": "5m "}, "--for '5m ' is not a Prometheus duration"),
+        ({"target": 'a"} or vector(1) #:8080'}, "is not HOST:PORT"),
+        ({"target": "a\nb:8080"}, "--target 'a\\nb:8080' is not HOST:PORT"),
+        ({"target": "a}:8080"}, "--target 'a}:8080' is not HOST:PORT"),
+        ({"target": "h:0"}, "--target 'h:0' is not HOST:PORT"),
+        ({"target": "::1:8080"}, "--target '::1:8080' is not HOST:PORT"),
     ],
 )
 def test_bad_settings_are_one_paragraph(kwargs: dict, expect: str) -> None:
@@ -309,6 +318,53 @@ def test_compose_with_prometheus_adds_the_service_with_the_rendered_folder(tmp_p
         mon.compose_prometheus(base, "other", tmp_path / "mon")
     with pytest.raises(LlamaspecError, match="holds no rendered monitoring files"):
         mon.compose_prometheus(base, "r", tmp_path)
+
+
+@pytest.mark.parametrize("target", ["[::1]:8080", "llama-server:8080", "10.0.0.5:1"])
+def test_a_strict_target_renders_as_written(target: str) -> None:
+    r = mon.render("r", ("draft",), "llama.cpp", mon.Settings(target=target), MEASURED)
+    scrape = yaml.safe_load(r.files[mon.SCRAPE])
+    assert scrape["scrape_configs"][0]["static_configs"][0]["targets"] == [target]
+
+
+def test_a_folder_with_a_newline_is_refused_before_the_compose_file(tmp_path: Path) -> None:
+    """A newline in its name would start a top-level key of the compose file."""
+    folder = tmp_path / "mon\ninclude: [evil.yml]\n#"
+    mon.write(mon.render("r", ("draft",), "llama.cpp", mon.Settings(), MEASURED), folder)
+    base = registry.compose("r", "img:1", "cpu", ["llama-server", "-m", "/models/t.gguf"], [])
+    with pytest.raises(LlamaspecError, match="holds a control character") as err:
+        mon.compose_prometheus(base, "r", folder)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expect"),
+    [
+        (["--window", "10m\n"], "argument --window: '10m\\n' is not a Prometheus duration"),
+        (["--for", " 5m"], "argument --for: ' 5m' is not a Prometheus duration"),
+        (["--scrape-interval", "15s "], "argument --scrape-interval: '15s '"),
+        (["--target", 'a"} or vector(1) #:8080'], "argument --target: --target 'a\"}"),
+        (["--target", "a\nb:8080"], "argument --target: --target 'a\\nb:8080'"),
+    ],
+)
+def test_monitor_refuses_what_would_reach_its_files_at_parse_time(
+    argv: list[str], expect: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "mon"
+    with pytest.raises(SystemExit) as exit_:
+        main(["recipe", "monitor", "gemma3-270m-ngram", "--out", str(out), *argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and expect in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_with_prometheus_refuses_a_control_character_at_parse_time(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    argv = ["recipe", "show", "gemma3-270m-ngram", "--format", "compose"]
+    with pytest.raises(SystemExit):
+        main([*argv, "--with-prometheus", "mon\ninclude: x"])
+    assert "'mon\\ninclude: x' holds a control character" in capsys.readouterr().err
 
 
 def test_with_prometheus_goes_with_compose_only(capsys: pytest.CaptureFixture) -> None:

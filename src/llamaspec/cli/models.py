@@ -84,7 +84,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     sh.add_argument(
         "--with-prometheus",
-        type=Path,
+        type=_monitoring_type("folder"),
         metavar="DIR",
         help="with --format compose: add a Prometheus service that evaluates the rules "
         "`recipe monitor RECIPE --out DIR` rendered in DIR (mounted read-only)",
@@ -141,17 +141,46 @@ def _monitor_parser(rsub: argparse._SubParsersAction) -> None:
         "--fraction", type=float, default=0.5,
         help="LlamaSpecAcceptanceLow fires below this share of the baseline (default 0.5)",
     )  # fmt: skip
-    mo.add_argument("--window", default="10m", help="the range rates are taken over (10m)")
     mo.add_argument(
-        "--for", dest="hold", metavar="DURATION",
+        "--window", default="10m", type=_monitoring_type("duration"),
+        help="the range rates are taken over (10m)",
+    )  # fmt: skip
+    mo.add_argument(
+        "--for", dest="hold", metavar="DURATION", type=_monitoring_type("duration"),
         help="every alert's `for:` (default: 1m down, 5m deferred or idle, 15m acceptance)",
     )  # fmt: skip
-    mo.add_argument("--scrape-interval", default="15s", help="Prometheus's (default 15s)")
+    mo.add_argument(
+        "--scrape-interval", default="15s", type=_monitoring_type("duration"),
+        help="Prometheus's (default 15s)",
+    )  # fmt: skip
     mo.add_argument(
         "--target", default="127.0.0.1:8080", metavar="HOST:PORT",
+        type=_monitoring_type("target"),
         help="where Prometheus scrapes the server (default 127.0.0.1:8080)",
     )  # fmt: skip
     mo.set_defaults(handler=cmd_recipe_monitor)
+
+
+def _monitoring_type(kind: str):
+    """argparse type for what `recipe monitor` writes into rules, tests and compose files:
+    a Prometheus duration as written, a strict HOST:PORT, a folder path without control
+    characters (perf/monitoring.py's checks, run at parse time)."""
+
+    def parse(text: str):
+        from llamaspec.perf import monitoring
+
+        try:
+            if kind == "duration":
+                monitoring.seconds(text, "")
+                return text
+            if kind == "target":
+                return monitoring.check_target(text)
+            return monitoring.check_folder(Path(text), "")
+        except LlamaspecError as exc:
+            raise argparse.ArgumentTypeError(str(exc).strip()) from None
+
+    parse.__name__ = kind  # argparse names the type in its messages
+    return parse
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:

@@ -27,6 +27,7 @@ import math
 import os
 import re
 import tempfile
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -37,6 +38,7 @@ import yaml
 
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
+from llamaspec.netaddr import AddressError, check_endpoint
 from llamaspec.perf.monitoring_baseline import Baseline, find_baseline, given_baseline
 
 RULES = "llamaspec-alerts.yml"
@@ -64,20 +66,48 @@ MIN_DRAFTED = 50
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.0"
 CONTAINER_DIR = "/etc/prometheus/llamaspec"
 
-_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d|w)$")
+_DURATION = re.compile(r"([0-9]+)(ms|s|m|h|d|w)")  # whole: no blank, no newline around it
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PLACEHOLDER = re.compile(r"@([A-Z_]+)@")
 
 
 def seconds(text: str, what: str) -> float:
-    """A Prometheus duration (`30s`, `10m`, `1h`; one unit) in seconds, or one paragraph."""
-    m = _DURATION.match(text.strip()) if isinstance(text, str) else None
+    """A Prometheus duration (`30s`, `10m`, `1h`; one unit) in seconds, or one paragraph.
+    Nothing around it is stripped: the text goes as it is into the rules and comments."""
+    m = _DURATION.fullmatch(text) if isinstance(text, str) else None
     if not m:
         raise LlamaspecError(
             f"{what} {text!r} is not a Prometheus duration: give a whole number and one unit "
-            "(ms, s, m, h, d or w), e.g. 30s, 10m or 1h."
+            "(ms, s, m, h, d or w), with no blank or newline, e.g. 30s, 10m or 1h."
         )
     return int(m.group(1)) * _UNITS[m.group(2)]
+
+
+def check_target(target: str) -> str:
+    """`--target` unchanged when it is strictly HOST:PORT (a host name, an IPv4 address or
+    an [IPv6] one, and a port of 1-65535): it goes into the scrape config and, as a label
+    value, into the promtool tests, so a quote, a brace or a newline would change them."""
+    try:
+        return check_endpoint(target)
+    except AddressError:
+        raise LlamaspecError(
+            f"--target {target!r} is not HOST:PORT, the address Prometheus scrapes the server "
+            "at: a host name, an IPv4 address or an [IPv6] one, a colon and a port of 1-65535, "
+            "with no blank, quote or brace (e.g. 127.0.0.1:8080, llama-server:8080, [::1]:8080)."
+        ) from None
+
+
+def check_folder(folder: Path, what: str) -> Path:
+    """`folder` unchanged when its path holds no control character (a newline in it would
+    end a line of the compose file it is written into)."""
+    text = str(folder)
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in text):
+        raise LlamaspecError(
+            f"{what} {text!r} holds a control character (a newline, a tab, an escape, a "
+            "line or bidi mark): its path is written into the compose file. Rename the "
+            "folder, or give another one."
+        )
+    return folder
 
 
 @dataclass(frozen=True)
@@ -117,12 +147,7 @@ class Settings:
                 "share of the baseline acceptance below which LlamaSpecAcceptanceLow fires, "
                 "e.g. 0.5."
             )
-        host, sep, port = self.target.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise LlamaspecError(
-                f"--target {self.target!r} is not HOST:PORT (the address Prometheus scrapes "
-                "the server at, e.g. 127.0.0.1:8080)."
-            )
+        check_target(self.target)
 
     def for_(self, alert: str) -> str:
         return self.hold if self.hold is not None else DEFAULT_FOR[alert]
@@ -508,6 +533,7 @@ def compose_prometheus(compose: str, recipe: str, folder: Path) -> str:
     it mounts `folder` (rendered by `recipe monitor RECIPE --out DIR`) read-only, scrapes
     the server by its service name and evaluates the rendered rules; the server gets
     /metrics (LLAMA_ARG_ENDPOINT_METRICS=1). Its UI is published on 127.0.0.1:9090."""
+    check_folder(folder, "--with-prometheus")
     read_record(folder, recipe)
     head = "".join(line + "\n" for line in compose.splitlines() if line.startswith("#"))
     data = yaml.safe_load(compose)
