@@ -207,6 +207,14 @@ def test_a_point_from_its_samples_and_its_ceiling() -> None:
     # a step dearer than the run's rounds: the point is above beyond noise, and says why
     [over] = limit.with_ceilings([p], [_step(4, (2.6, 2.7, 2.8))])
     assert over.above and "below the fully accepted step" in over.note
+    # a plain sample that stalled makes a speedup read high, and the note says so
+    stalled = limit.point(0.5, 4, [_sample(51, 5100.0), _sample(51, 12000.0)], spec)
+    [why] = limit.with_ceilings([stalled], [_step(4, (2.6, 2.7, 2.8))])
+    assert "plain server stalled" in why.note
+    # rounds no cheaper than the step: the machine's speed moved
+    slow = limit.point(0.5, 4, plain, [_sample(51, 20 * 280.0, 20, 80, 30)] * 2)
+    [moved] = limit.with_ceilings([slow], [_step(4, (2.6, 2.7, 2.8))])
+    assert not moved.above
     # no drafted round, or no step measured: no ceiling
     dry = limit.point(0.0, 2, plain, [_sample(51, 5100.0)])
     assert dry.round_ms is None and dry.c is None and dry.measured_alpha is None

@@ -76,6 +76,8 @@ DEFAULT_TOKENS = 64
 DEFAULT_REPETITIONS = 2
 # Repetitions of each length's verification step (its spread is the noise the report states).
 STEP_REPETITIONS = 3
+# Plain samples of one point further apart than this (fastest ÷ slowest): a stalled server.
+STALL = 1.5
 # The highest α a sweep takes: at 1 every draft is accepted and L is γ + 1 for any cost.
 MAX_ALPHA = 1.0
 # Where upstream llama.cpp gained synthetic acceptance (`--spec-synth-len`,
@@ -326,12 +328,23 @@ def point(alpha: float, gamma: int, plain: Sequence[Sample], spec: Sequence[Samp
     )
 
 
-def _why(own: float | None, low: float) -> str:
-    """Why a point beat its ceiling beyond noise, from what was measured."""
+def _why(p: Point, gamma: float, low: float) -> str:
+    """Why a point beat its ceiling beyond noise, from what was measured: its plain server
+    stalled (its plain samples far apart), or its rounds cost less than the timed step even
+    against its fastest plain sample, or else the machine's speed moved between timings."""
+    tps = [s.tokens_per_second for s in p.plain if s.tokens_per_second > 0]
+    if len(tps) > 1 and max(tps) > STALL * min(tps):
+        return (
+            f"its plain samples ran at {min(tps):.1f}–{max(tps):.1f} tok/s: the plain server "
+            "stalled in one of them, which makes the speedup read high"
+        )
+    fastest = min((sample_ms(s) / s.tokens for s in p.plain if s.tokens), default=0.0)
+    own = p.round_ms / fastest if p.round_ms is not None and fastest > 0 else None
     if own is not None and own < low:
         return (
-            f"its drafted rounds took {own:.2f} plain decodes, below the fully accepted "
-            f"step's cheapest {low:.2f}: a round that rejects is not the step that was timed"
+            f"its drafted rounds took {own:.2f} plain decodes (against its fastest plain "
+            f"sample), below the fully accepted step's cheapest {low:.2f}: a round that "
+            f"rejects is not the step that was timed (γ = {gamma:g})"
         )
     return (
         "its rounds cost no less than the timed step, so its plain decodes ran slower than "
@@ -360,8 +373,7 @@ def with_ceilings(points: Sequence[Point], steps: Sequence[StepCost]) -> tuple[P
             out.append(p)
             continue
         above = p.speedup_low > high
-        own = p.c * g + 1.0 if p.c is not None else None
-        note = _why(own, low) if above else ""
+        note = _why(p, g, low) if above else ""
         out.append(
             replace(
                 p,
