@@ -4,6 +4,7 @@ refuses its value up front, in one paragraph, before anything is fetched, starte
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 from pathlib import Path
@@ -73,6 +74,59 @@ def test_folders_and_files_are_checked_when_parsed(tmp_path: Path) -> None:
     assert shared.existing_dir(str(tmp_path)) == tmp_path
     with pytest.raises(argparse.ArgumentTypeError, match="is a file"):
         shared.existing_dir(str(afile))
+
+
+def _unwritable() -> list[str]:
+    """Folders here that cannot be made even by root: under /sys and /proc."""
+    found = []
+    for base in ("/sys", "/proc"):
+        try:
+            Path(base, "llamaspec-probe-check").mkdir()
+        except OSError:
+            found.append(f"{base}/llamaspec-x")
+        else:
+            Path(base, "llamaspec-probe-check").rmdir()
+    return found
+
+
+@pytest.mark.parametrize("text", _unwritable())
+def test_a_folder_that_cannot_be_made_is_refused_when_parsed(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"{text} cannot be made")):
+        shared.out_dir(text)
+    with pytest.raises(argparse.ArgumentTypeError, match="cannot be made"):
+        shared.out_dir(f"{text}/deeper")
+
+
+def test_a_read_only_folder_is_refused_and_the_probe_leaves_nothing(tmp_path: Path) -> None:
+    ro, rw = tmp_path / "ro", tmp_path / "rw"
+    ro.mkdir()
+    rw.mkdir()
+    (rw / "kept").write_text("x")
+    assert shared.out_dir(str(rw)) == rw and shared.out_dir(str(rw / "new")) == rw / "new"
+    assert sorted(p.name for p in rw.iterdir()) == ["kept"]
+    ro.chmod(0o555)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("this user writes into a read-only folder (root)")
+        for text, said in ((str(ro), "cannot be written"), (str(ro / "new"), "cannot be made")):
+            with pytest.raises(argparse.ArgumentTypeError, match=said):
+                shared.out_dir(text)
+    finally:
+        ro.chmod(0o755)
+    assert list(ro.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["load gemma3-270m-q4-draft", "limit", "verify"])
+def test_reports_under_sys_is_one_line_not_a_traceback(
+    command: str, capsys: pytest.CaptureFixture
+) -> None:
+    if "/sys/llamaspec-x" not in _unwritable():
+        pytest.skip("/sys can be written here")
+    with pytest.raises(SystemExit) as exit_:
+        main([*command.split(), "--reports", "/sys/llamaspec-x"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert "argument --reports: /sys/llamaspec-x cannot be made (in /sys)" in err
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "soon"])

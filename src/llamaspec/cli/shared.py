@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -126,7 +128,9 @@ def minutes(text: str) -> float:
 
 def out_dir(text: str) -> Path:
     """argparse type for a folder llamaspec writes into (--reports, --out): not empty, not a
-    file, and not under one. It is not created here: a refused command leaves nothing."""
+    file, not under one, and writable: a folder made and removed at once in it (or, when it
+    is missing, in the nearest folder above it that exists) shows that the command can make
+    and fill it. It is not created here: a refused command leaves nothing."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty; give a folder to write into")
     path = Path(text)
@@ -138,6 +142,15 @@ def out_dir(text: str) -> Path:
         raise argparse.ArgumentTypeError(
             f"{text} {where}, not a folder; give a folder to write into (made if missing)"
         )
+    try:
+        probe = tempfile.mkdtemp(prefix=".llamaspec-probe-", dir=existing)
+    except OSError as exc:
+        made = "written" if existing == path.absolute() else f"made (in {existing})"
+        raise argparse.ArgumentTypeError(
+            f"{text} cannot be {made}: {exc.strerror or exc}; give a folder you can write to "
+            "(made if missing)"
+        ) from None
+    os.rmdir(probe)
     return path
 
 
