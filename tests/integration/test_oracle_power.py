@@ -14,7 +14,7 @@ import pytest
 
 from llamaspec.proof.planted_report import DEFECTS, GOAL_ORACLE
 
-from .helpers import llamaspec
+from helpers import llamaspec
 
 pytestmark = pytest.mark.integration
 
