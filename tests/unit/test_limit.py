@@ -343,6 +343,25 @@ def test_a_draft_length_below_one_is_refused(gamma: int) -> None:
         limit.LimitPlan(lengths=(4, gamma))
 
 
+def test_a_draft_length_above_the_recipes_longest_is_refused_at_parse_time() -> None:
+    import argparse
+
+    from llamaspec.cli import limit as cli
+    from llamaspec.config.recipes import SpecSettings
+
+    bound = next(
+        m.le for m in SpecSettings.model_fields["draft_n_max"].metadata if hasattr(m, "le")
+    )
+    assert cli.MAX_LENGTH == limit.MAX_LENGTH == bound
+    limit.LimitPlan(lengths=(1, limit.MAX_LENGTH))  # the bound itself is taken
+    with pytest.raises(LlamaspecError, match=f"γ = {limit.MAX_LENGTH + 1} is above"):
+        limit.LimitPlan(lengths=(4, limit.MAX_LENGTH + 1))
+    assert cli.numbers(int)(f"1,{cli.MAX_LENGTH}") == (1, cli.MAX_LENGTH)
+    with pytest.raises(argparse.ArgumentTypeError, match="above 256") as err:
+        cli.numbers(int)("4,99999999999999999999")
+    assert "\n" not in str(err.value)
+
+
 def test_empty_sweeps_and_short_samples_are_refused() -> None:
     with pytest.raises(LlamaspecError, match="at least one"):
         limit.LimitPlan(alphas=())

@@ -19,6 +19,8 @@ ALPHAS = "0,0.25,0.5,0.7,0.8,0.9,0.95"
 LENGTHS = "1,2,4,8"
 TOKENS = 64
 REPETITIONS = 2
+# The longest draft length taken (perf/limit.py MAX_LENGTH, the recipes' draft_n_max bound).
+MAX_LENGTH = 256
 
 
 def numbers(kind: type):
@@ -29,6 +31,12 @@ def numbers(kind: type):
             values = tuple(kind(v) for v in text.split(",") if v.strip())
         except ValueError:
             values = ()
+        if kind is int and any(v > MAX_LENGTH for v in values):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} has a draft length above {MAX_LENGTH}, the longest draft a recipe "
+                "may ask for (draft_n_max): the engine gets γ as its draft maximum and γ "
+                f"synthetic rates on its command line. Give lengths such as {LENGTHS}."
+            )
         if not values:
             what = "numbers" if kind is float else "whole numbers"
             raise argparse.ArgumentTypeError(
@@ -74,7 +82,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=numbers(int),
         default=LENGTHS,
         metavar="N,M,…",
-        help=f"draft lengths γ to sweep, each 1 or more (default {LENGTHS})",
+        help=f"draft lengths γ to sweep, each 1 to {MAX_LENGTH} (default {LENGTHS})",
     )
     p.add_argument("--repetitions", type=shared.positive, default=REPETITIONS)
     p.add_argument(

@@ -80,6 +80,10 @@ STEP_REPETITIONS = 3
 STALL = 1.5
 # The highest α a sweep takes: at 1 every draft is accepted and L is γ + 1 for any cost.
 MAX_ALPHA = 1.0
+# The longest draft a sweep takes: the longest a recipe may ask for (`draft_n_max` in
+# config/recipes.py); the step passes γ to the engine as the ngram-mod draft maximum, and
+# the synthetic rates are γ numbers on its command line.
+MAX_LENGTH = 256
 # Where upstream llama.cpp gained synthetic acceptance (`--spec-synth-len`,
 # `--spec-synth-rates`, benchmarking only).
 SYNTH_ORIGIN = "upstream llama.cpp PR #27711 (the default pin b11312 has it)"
@@ -116,11 +120,18 @@ def check_alpha(alpha: float) -> float:
 
 
 def check_length(gamma: int) -> int:
-    """γ must be a whole number of drafted tokens, 1 or more."""
+    """γ must be a whole number of drafted tokens, from 1 to MAX_LENGTH."""
     if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
         raise LlamaspecError(
             f"Draft length γ = {gamma} is not a whole number of 1 or more: a round drafts at "
             "least one token for synthetic acceptance to decide on. Give lengths such as "
+            f"{','.join(map(str, DEFAULT_LENGTHS))}."
+        )
+    if gamma > MAX_LENGTH:
+        raise LlamaspecError(
+            f"Draft length γ = {gamma} is above {MAX_LENGTH}, the longest draft a recipe may "
+            "ask for (draft_n_max): the engine is given γ as its n-gram draft maximum and γ "
+            "synthetic rates on its command line. Give lengths such as "
             f"{','.join(map(str, DEFAULT_LENGTHS))}."
         )
     return gamma
