@@ -812,3 +812,30 @@ def test_entrypoint_rpc_server_mode(tmp_path: Path) -> None:
     assert "no authentication and no encryption" in ran.stderr
     ran = subprocess.run([*entry, "-H", "10.0.0.2", "-p", "7"], env=base, capture_output=True)
     assert ran.stdout.decode().split() == ["-H", "10.0.0.2", "-p", "7"]
+
+
+def test_buildah_pulls_a_missing_base_before_any_from_never_pulls_or_says_how_to_make_it(
+    tmp_path: Path,
+) -> None:
+    """The message and the behaviour agree: a base not in local storage is pulled there and
+    then (working containers use `buildah from --pull=never`); when the pull fails, the
+    error names `llamaspec docker base`, the offline way to make it."""
+    calls = tmp_path / "calls"
+    path = stand_ins(
+        tmp_path / "bin",
+        pulls=f'echo "$@" >> {calls}; [ "$1" = pull ]',
+        offline=f'echo "$@" >> {calls}; [ "$1" = pull ] && echo "Error: no route" >&2; exit 125',
+    )
+    said: list[str] = []
+    settings = tools.Buildah(f"{path}/pulls").build_settings("base:x", None, said.append)
+    assert settings.pull_never
+    assert calls.read_text().splitlines() == [
+        "inspect --type image base:x",
+        "pull --quiet base:x",
+    ]
+    assert said == ["docker-build: base:x is not in local storage; pulling it"]
+    with pytest.raises(LlamaspecError) as err:
+        tools.Buildah(f"{path}/offline").build_settings("base:x", None, said.append)
+    text = str(err.value)
+    assert "llamaspec docker base --tag base:x" in text and "no route" in text
+    assert "\n" not in text and "will pull" not in text

@@ -304,13 +304,20 @@ class Buildah(_Common):
     def build_settings(
         self, base_image: str, ccache: Path | None, say: Callable[[str], object]
     ) -> BuildSettings:
-        local = self.image_exists(base_image)
-        if not local:
-            say(
-                f"docker-build: {base_image} is not in local storage; buildah will pull it "
-                "(no registry? make it with `llamaspec docker base`)"
-            )
-        return BuildSettings(volumes=tuple(host_caches(ccache)), pull_never=local)
+        # The base is pulled here, once, when it is not in local storage: the build and the
+        # working containers (`buildah from --pull=never`) then all use that one local image.
+        if not self.image_exists(base_image):
+            say(f"docker-build: {base_image} is not in local storage; pulling it")
+            proc = attempt(self.pull_argv(base_image), TRANSFER_S)
+            if proc.returncode != 0:
+                said = (proc.stderr or proc.stdout or "").strip().splitlines()
+                raise LlamaspecError(
+                    f"The base image {base_image} is not in local storage and `buildah pull` "
+                    f"could not fetch it ({said[-1] if said else f'status {proc.returncode}'}). "
+                    "Without a registry, make it first with `llamaspec docker base --tag "
+                    f"{base_image}` (debootstrap), or give --base-image an image buildah has."
+                )
+        return BuildSettings(volumes=tuple(host_caches(ccache)), pull_never=True)
 
     def _build_head(self, settings: BuildSettings) -> list[str]:
         # --force-rm: no working container is left behind, even by a failed build (a stage
