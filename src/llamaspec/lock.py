@@ -121,7 +121,7 @@ def patch_commits(entry: PatchEntry, lock: dict) -> tuple[str, ...] | None:
         if locked and list(locked) != list(entry.source.commits):
             raise LlamaspecError(
                 f"llamaspec.lock lists {locked} for patch {entry.id!r}, but patches/series.yaml "
-                f"says {list(entry.source.commits)}. Run `nox -s lock` to bring the lock up to "
+                f"says {list(entry.source.commits)}. Run `llamaspec lock` to bring the lock up to "
                 "date, or fix the catalog."
             )
         return tuple(entry.source.commits)
@@ -135,5 +135,5 @@ def check_pin(engine: Engine, pin: str, lock: dict) -> None:
     if locked and pin == engine.pin and locked != engine.pin:
         raise LlamaspecError(
             f"engines.yaml pins {engine.name} at {engine.pin}, but llamaspec.lock records "
-            f"{locked}. Run `nox -s lock` after changing a pin."
+            f"{locked}. Run `llamaspec lock` after changing a pin."
         )

@@ -273,7 +273,7 @@ def test_pull_errors_tell_unreachable_from_missing() -> None:
         "127.0.0.1:9/x", "llama.cpp", "cpu",
     )  # fmt: skip
     assert "Cannot reach the registry 127.0.0.1:9" in str(err)
-    assert "nox -s docker-build -- --engine llama.cpp --backend cpu" in str(err)
+    assert "llamaspec docker build --engine llama.cpp --backend cpu" in str(err)
     err = registry.pull_error(
         "manifest unknown", "ghcr.io/o/llamaspec:t", "ghcr.io/o", "ik_llama.cpp", "cuda"
     )
@@ -443,7 +443,7 @@ def test_unreachable_registry_suggests_docker_build(tmp_path: Path) -> None:
         )
     )  # fmt: skip
     assert "Cannot reach the registry 127.0.0.1:9" in text
-    assert "nox -s docker-build -- --engine llama.cpp --backend cpu" in text
+    assert "llamaspec docker build --engine llama.cpp --backend cpu" in text
 
 
 def _stages(dockerfile: Path) -> dict[str, str]:

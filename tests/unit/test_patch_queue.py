@@ -140,7 +140,7 @@ def test_lock_resolves_short_shas_and_pr_heads_from_a_mirror(upstream, tmp_path)
     lock.save(tmp_path, locked)
     assert lock.load(tmp_path) == {**locked, "models": {}, "cuda_toolkit": {}}
     assert lock.patch_commits(entry([c["feature"][:9]]), locked) == (c["feature"],)
-    with pytest.raises(LlamaspecError, match="Run `nox -s lock`"):
+    with pytest.raises(LlamaspecError, match="Run `llamaspec lock`"):
         lock.patch_commits(entry([c["second"]]), locked)
 
 

@@ -291,7 +291,7 @@ def refuse(output: str, tags=None) -> str:
 
 
 def test_each_refusal_says_what_happened_and_what_to_do() -> None:
-    build = "nox -s docker-build -- --engine llama.cpp --backend cpu"
+    build = "llamaspec docker build --engine llama.cpp --backend cpu"
     auth = refuse(said("skopeo-inspect-no-credentials"))
     for words in (
         "refused access without valid credentials",

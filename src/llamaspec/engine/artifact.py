@@ -61,7 +61,7 @@ def load_artifact(dist: Path, artifact_id: str) -> Artifact:
         what = "matches several artifacts" if matches else "is not an artifact"
         raise LlamaspecError(
             f"{artifact_id!r} {what} in {dist}. Built artifacts: {', '.join(known) or '(none)'}; "
-            "build one with `nox -s build-cpu`."
+            "build one with `llamaspec build`."
         )
     path = matches[0]
     return Artifact(path.name, path, read_manifest(path / "manifest.json"), True)
@@ -98,9 +98,9 @@ def newest_artifact(dist: Path, engine: str | None = None) -> str:
     )
     if not found:
         which = f"{engine} " if engine else ""
-        hint = f" -- --engine {engine}" if engine else ""
+        hint = f" --engine {engine}" if engine else ""
         raise LlamaspecError(
-            f"No {which}artifact in {dist}/; build one first (`nox -s build-cpu{hint}`) or "
+            f"No {which}artifact in {dist}/; build one first (`llamaspec build{hint}`) or "
             "pass --artifact."
         )
     return found[-1].parent.name

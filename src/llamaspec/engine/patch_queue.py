@@ -191,7 +191,7 @@ def texts_for(
     if not commits:
         raise LlamaspecError(
             f"Patch {entry.id!r} ({'PR head' if entry.source.pr_head else 'short SHA'}) is not "
-            "resolved in llamaspec.lock. Run `nox -s lock -- --patch-source DIR` with a mirror of "
+            "resolved in llamaspec.lock. Run `llamaspec lock --patch-source DIR` with a mirror of "
             f"{engine.git_url}, or drop it with --no-patch {entry.id}."
         )
     texts = []

@@ -124,7 +124,7 @@ def commit_diff(engine: Engine, sha: str, patch_source: str | None, say: Say) ->
     if not FULL_SHA.match(sha):
         raise LlamaspecError(
             f"Patch commit {sha!r} is not a full SHA. Short SHAs and PR heads are resolved into "
-            "llamaspec.lock by `nox -s lock` (needs the engine's remote or --patch-source DIR)."
+            "llamaspec.lock by `llamaspec lock` (needs the engine's remote or --patch-source DIR)."
         )
     if (text := cached_diff(engine.name, sha, say)) is not None:
         return text
@@ -177,7 +177,7 @@ def resolve_commitish(engine: Engine, ref: str, patch_source: str | None) -> str
             return ref
         raise NeedsMirror(
             f"Cannot resolve the short SHA {ref!r} without the engine's history: git remotes "
-            f"cannot be asked for abbreviated SHAs. Run `nox -s lock -- --patch-source DIR` with "
+            f"cannot be asked for abbreviated SHAs. Run `llamaspec lock --patch-source DIR` with "
             f"a clone or mirror of {engine.git_url}."
         )
     proc = gitutil.git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", cwd=local, check=False)
@@ -192,7 +192,7 @@ def resolve_pr(engine: Engine, pr: int, patch_source: str | None) -> list[str]:
     local = _is_local_repo(source)
     if local is None:
         raise NeedsMirror(
-            f"Resolving PR #{pr} needs the engine's history; run `nox -s lock -- --patch-source "
+            f"Resolving PR #{pr} needs the engine's history; run `llamaspec lock --patch-source "
             f"{engine.name}=DIR` with a mirror of {engine.git_url} that has refs/pull/*."
         )
     head = gitutil.git(

@@ -143,7 +143,7 @@ class CudaHost:
         raise LlamaspecError(
             f"This host's NVIDIA driver {self.driver} is too old for every published CUDA "
             f"image ({mins}). Update the driver, or build for it here with a system CUDA "
-            "toolkit the driver supports: `nox -s build-cuda -- --cuda-toolkit system`."
+            "toolkit the driver supports: `llamaspec build --backend cuda --cuda-toolkit system`."
         )
 
 
@@ -181,9 +181,9 @@ def check_cuda_image(labels: Mapping[str, str], ref: str, host: CudaHost) -> Non
         raise LlamaspecError(
             f"Refusing {ref}: it is compiled for GPU architectures "
             f"{', '.join(f'sm_{a}' for a in archs)}, and this GPU is sm_{host.capability} "
-            f"(compute capability {cap}). Build for this GPU here: "
-            f"`nox -s build-cuda -- --cuda-arch {host.capability}` (CUDA 13 targets sm_75 and "
-            "newer; older GPUs need a system CUDA 12 toolkit)."
+            f"(compute capability {cap}). Build for this GPU here: `llamaspec build --backend "
+            f"cuda --cuda-arch {host.capability}` (CUDA 13 targets sm_75 and newer; older GPUs "
+            "need a system CUDA 12 toolkit)."
         )
     if version:
         need = DRIVER_MIN.get(int(version.split(".")[0]), 0)
@@ -364,7 +364,7 @@ def pull_error(
     was not reached, wants credentials, failed, did not answer, failed TLS, or has no such
     tag (`tags`: the ones it has, where they could be listed)."""
     kind, last, host = remote.classify(output), remote.last_line(output), remote.host_of(ref)
-    build = f"nox -s docker-build -- --engine {engine} --backend {backend}"
+    build = f"llamaspec docker build --engine {engine} --backend {backend}"
     if kind == "unreachable":
         return LlamaspecError(
             f"Cannot reach the registry {host} to pull {ref} "
@@ -445,7 +445,7 @@ def verify_signature(
             f"({SIGNER_WORKFLOW} on main or a v* tag; {signer} is {why}) signed it ({last}). "
             f"Pull an image that workflow published, set {SIGNER_ENV}=OWNER/REPO to the "
             "repository that publishes this registry's images, or build one yourself with "
-            "`nox -s docker-build`."
+            "`llamaspec docker build`."
         )
     console.print(f"docker-pull: {ref}: signature verified (cosign, {signer}, {SIGNER_ISSUER})")
     return Verified(ref, identity, payload_digests(proc.stdout))

@@ -254,7 +254,7 @@ def check_labels(
             f"Refusing {image}: its labels do not match what was asked for ({'; '.join(wrong)}). "
             "A tag can be moved to another image, so llamaspec trusts the labels, not the tag. "
             "Pull the immutable tag of the build you want, or build it yourself with "
-            f"`nox -s docker-build -- --engine {engine} --backend {backend}`."
+            f"`llamaspec docker build --engine {engine} --backend {backend}`."
         )
 
 

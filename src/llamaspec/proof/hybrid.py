@@ -87,7 +87,7 @@ def _build_tool(artifact: Artifact, tools_dir: Path, console: Console) -> None:
     if not cache_file.is_file():
         raise LlamaspecError(
             f"The build tree of {artifact.id} is not in this machine's cache ({cache_file}); "
-            "rebuild the artifact here first (`nox -s build-cpu`)."
+            "rebuild the artifact here first (`llamaspec build`)."
         )
     tree = Path(build_stage.read_cmake_cache(cache_file)["CMAKE_HOME_DIRECTORY"])
     # the recorded prefix maps name <source> and <build>: made again for this directory, so
