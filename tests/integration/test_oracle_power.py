@@ -44,13 +44,17 @@ def test_the_oracle_catches_every_planted_defect_that_is_not_a_near_tie(
     planted = rep["planted"]
     assert {p["defect"] for p in planted} == set(DEFECTS)
     changed = {p["defect"] for p in planted if p["position"] is not None}
-    assert {"rank-10", "outside-top-10", "slot-2-of-4", "random-acceptance"} <= changed, changed
+    assert {"rank-10", "outside-top-10", "slot-2-of-4", "accept-one-too-many"} <= changed, changed
     # the swaps far from any tie are wrong tokens, not near-ties, and both tiers fail them
     far = [p for p in planted if p["defect"] in ("rank-10", "outside-top-10")]
     assert far and all(p["strict_failed"] and p["oracle_failed"] for p in far), far
     assert all(not p["near_tie"] for p in far)
-    # the slot-2-of-4 plant fails on its own slot; the other three slots are clean outputs
-    assert [p["oracle_failed"] for p in planted if p["defect"] == "slot-2-of-4"] == [True]
+    # the slot-2-of-4 plant (another request's token, outside this one's top-10) fails on
+    # its own slot; the other three slots are clean outputs
+    slot2 = [p for p in planted if p["defect"] == "slot-2-of-4"]
+    assert [(p["oracle_failed"], p["near_tie"], p["token_gap"]) for p in slot2] == [
+        (True, False, "inf")
+    ]
     four = [c for c in rep["clean"] if c["method"] == "ngram-mod, 4 slots"]
     assert len(four) == 3
     # the near-tie allowance is each prompt's measured noise, stated in the report

@@ -11,15 +11,16 @@ makes outputs with tokens the target did not choose, through the real server:
   3rd or 10th choice, or for a token outside its top 10, at a quarter, half and three
   quarters of the output, the real server continuing after it;
 - `slot-2-of-4`: four prompts on four parallel slots of a speculative server; only the
-  second one's output takes, at its middle, the token another slot emitted there, and the
-  server continues after it.
+  second one's output takes, at its middle, a token of another slot's output outside its
+  own top 10, and the server continues after it.
 
 Every planted output is compared with plain decoding (the strict tier: any difference
 fails) and judged by the oracle exactly as `verify --tier oracle` judges (the envelope per
 prompt and mode, near-ties within the prompt's measured noise), and again under the rule
-before it (near-ties: the first three choices within 1.0 nat). Whether a planted output is
-a true near-tie comes from the planted token's gap in plain decoding's own probabilities at
-that prefix: within the prompt's measured noise, noise alone could have chosen it. Clean
+before it (near-ties: the first three choices within 1.0 nat). A planted output is a true
+near-tie when every wrong token the plant made has a gap, where it was planted, within the
+prompt's measured noise: noise alone could have chosen it (coin-flip acceptance, whose
+wrong tokens only the engine knows: its first token that differs from plain decoding). Clean
 speculative runs of every method the build offers on the same target give the oracle's
 false-alarm rate. proof.planted_report writes the report.
 """
@@ -109,24 +110,32 @@ def _ngram_draft(context: Sequence[int]) -> list[int]:
     return []
 
 
-def one_too_many(orc: oracle_mod.Oracle, prompt: Prompt, n: int) -> list[int]:
+# A planted wrong token: (position, its gap in the target's top-k where it was planted).
+Plant = tuple[int, float]
+
+
+def one_too_many(orc: oracle_mod.Oracle, prompt: Prompt, n: int) -> tuple[list[int], list[Plant]]:
     """An engine that accepts one draft token too many: per round, n-gram drafts over the
     context are checked against the target's greedy choices (the oracle's), and the first
-    rejected one is emitted as if accepted; a round with no draft emits the target's."""
+    rejected one is emitted as if accepted; a round with no draft emits the target's. The
+    output, and each rejected token it kept."""
     ids = orc.prompt_ids(prompt)
     out: list[int] = []
+    plants: list[Plant] = []
     while len(out) < n:
         draft = _ngram_draft([*ids, *out])
         accepted: list[int] = []
         for d in draft:
-            chosen, _ = orc.top(prompt, out + accepted)
+            chosen, top = orc.top(prompt, out + accepted)
+            if d != chosen and len(out) + len(accepted) < n:
+                plants.append((len(out) + len(accepted), _gap(top, d)))
             accepted.append(d)
             if d != chosen:
                 break  # the defect: the rejected token stays
         else:
             accepted.append(orc.top(prompt, out + accepted)[0])
         out += accepted
-    return out[:n]
+    return out[:n], plants
 
 
 class _Study:
@@ -151,12 +160,26 @@ class _Study:
         judged = judge_gaps(case, gaps, allowance, self.env.near_tie_for(prompt.name))
         return case, judged
 
-    def planted(self, defect: str, prompt: Prompt, mode: str, tokens: Sequence[int]) -> Planted:
+    def planted(
+        self,
+        defect: str,
+        prompt: Prompt,
+        mode: str,
+        tokens: Sequence[int],
+        plants: Sequence[Plant] | None = None,
+    ) -> Planted:
+        """One planted output judged; its truth from `plants` (the wrong tokens the plant
+        made and their gaps where it made them) where the planting code knows them, else
+        (the engine's own coin) from the first token that differs from plain decoding, at
+        its gap in plain decoding's own top-k."""
         case, judged = self.judge(prompt, mode, tokens)
         tops = self.refs[prompt.name][1]
         pos = case.position if case.kind != "identical" else None
         gap: float | None = None
-        if pos is not None and pos < len(tokens) and pos < len(tops):
+        if plants:
+            pos = plants[0][0] if pos is not None else None
+            gap = max(g for _, g in plants)
+        elif pos is not None and pos < len(tokens) and pos < len(tops):
             gap = _gap(tops[pos], int(tokens[pos]))
         noise = self.env.near_tie_for(prompt.name)
         gaps = self.orc.gaps(prompt, tokens)
@@ -253,7 +276,7 @@ def run(
             planted = _swaps(study, ref, rng, short)
             planted += [
                 study.planted(
-                    "accept-one-too-many", p, "sequential", one_too_many(orc, p, p.n_predict)
+                    "accept-one-too-many", p, "sequential", *one_too_many(orc, p, p.n_predict)
                 )
                 for p in setup.prompts
             ]
@@ -319,27 +342,30 @@ def _swaps(study: _Study, ref: Server, rng: random.Random, short: bool) -> list[
                     continue
                 prefix = [*tokens[:pos], token]
                 rest = _continue(ref, [*ids, *prefix], len(tokens) - len(prefix))
-                out.append(study.planted(defect, p, "sequential", [*prefix, *rest]))
+                plant = [(pos, _gap(top, token))]
+                out.append(study.planted(defect, p, "sequential", [*prefix, *rest], plant))
     return out
 
 
 def _slot_2_of_4(
     study: _Study, srv: Server, prompts: Sequence[Prompt], rng: random.Random
 ) -> tuple[list[Planted], list[Clean]]:
-    """Four requests together on a speculative server; the second one's output takes another
-    slot's token at its middle (the server continuing after it); the other three are clean."""
+    """Four requests together on a speculative server; the second one's output takes, at its
+    middle, a token of another slot's output that is outside its own top-10 there (content
+    of another request, as upstream #28286 reports; the server continuing after it); the
+    other three are clean."""
     four = [prompts[i % len(prompts)] for i in range(verify_mod.PARALLEL_SLOTS)]
     with ThreadPoolExecutor(max_workers=len(four)) as pool:
         outs = list(pool.map(lambda p: complete(srv, p), four))
     p, mine = four[1], list(outs[1].tokens)
     pos = len(mine) // 2
-    others = [o.tokens[pos] for o in (outs[2], outs[3], outs[0]) if len(o.tokens) > pos]
-    token = next((int(t) for t in others if t != mine[pos]), None)
-    if token is None:  # every slot emitted the same token there: any other one
-        token = _outside(study.refs[p.name][1][pos], [*study.orc.prompt_ids(p), *mine], rng)
+    others = [int(t) for o in (outs[2], outs[3], outs[0]) for t in o.tokens]
+    top = study.orc.top(p, mine[:pos])[1]
+    token = _outside(top, others, rng)
     prefix = [*mine[:pos], token]
     rest = _continue(srv, [*study.orc.prompt_ids(p), *prefix], len(mine) - len(prefix))
-    planted = [study.planted("slot-2-of-4", p, "parallel", [*prefix, *rest])]
+    plant = [(pos, _gap(top, token))]
+    planted = [study.planted("slot-2-of-4", p, "parallel", [*prefix, *rest], plant)]
     clean = []
     for i in (0, 2, 3):
         _, judged = study.judge(four[i], "parallel", outs[i].tokens)  # type: ignore[arg-type]

@@ -21,8 +21,8 @@ DEFECTS = {
     "rank-3": "one token swapped for the target's 3rd choice, the server continuing after it",
     "rank-10": "one token swapped for the target's 10th choice, the server continuing after it",
     "outside-top-10": "one token swapped for a token outside the target's top 10",
-    "slot-2-of-4": "on 4 parallel slots, only the 2nd request's output takes another slot's "
-    "token at its middle, the server continuing after it",
+    "slot-2-of-4": "on 4 parallel slots, only the 2nd request's output takes, at its middle, "
+    "a token of another slot's output outside its own top 10, the server continuing after it",
 }
 
 GOAL_ORACLE = 0.95  # the oracle's detection goal on defects that are not true near-ties
@@ -144,9 +144,12 @@ def markdown(run: PowerRun) -> str:
         "first choice's gap moved between decoding one token at a time and the oracle's "
         "batched prefixes). The column *before* applies the rule the oracle had until "
         f"then (a token of its first three choices within {LEGACY_NATS} nat passed). A "
-        "planted output is a *true near-tie* when its first wrong token's gap in plain "
-        "decoding's own probabilities is within that prompt's measured noise: noise alone "
-        "could have chosen it. Detection rates count outputs the plant changed.",
+        "planted output is a *true near-tie* when every wrong token the plant made is within "
+        "that prompt's measured noise, at its gap where it was planted (plain decoding's own "
+        "top-10 for a swap, the target's for another slot's token or a draft token accepted "
+        "too many; for coin-flip acceptance, whose wrong tokens only the engine knows, the "
+        "first token that differs from plain decoding): noise alone could have chosen it. "
+        "Detection rates count outputs the plant changed.",
         "",
         f"- **verdict: {'goals met' if goals_met(run) else 'GOALS MISSED'}** (strict 100 %; "
         f"oracle ≥ {100 * GOAL_ORACLE:.0f} % of outputs that are not true near-ties)",
@@ -208,7 +211,8 @@ def markdown(run: PowerRun) -> str:
         "",
         "## Every planted output",
         "",
-        "| defect | prompt | mode | first wrong token | its gap | true near-tie | strict | "
+        "| defect | prompt | mode | first wrong token | gap (largest planted) | true near-tie | "
+        "strict | "
         "oracle (now) | oracle (before) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
