@@ -6,24 +6,19 @@ it and everything it spawns share one process group; when the command times out,
 the user presses Ctrl-C, or when llamaspec gets SIGTERM/SIGHUP (after
 `install_signal_handlers`), the whole group is stopped — SIGTERM, then SIGKILL after a
 grace period — and the failure reaches the user as one paragraph, not a traceback.
-When llamaspec dies without a chance to clean up (SIGKILL, the OOM killer), each child it
-started gets SIGTERM from the kernel (`die_with_parent`, Linux's PR_SET_PDEATHSIG), so no
-server is left holding its port and memory with nobody to stop it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from llamaspec.errors import LlamaspecError
@@ -51,42 +46,6 @@ def _on_signal(signum: int, frame: object) -> None:
         return
     _terminating = True
     raise Terminated(signum)
-
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_prctl = _load_prctl()  # loaded here, in the parent: the child only calls it
-
-
-def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
-    """A `preexec_fn` for Popen: the child gets `sig` when the thread that starts it ends,
-    however it ends (SIGKILL included); None where the system has no parent-death signal.
-
-    SIGTERM, not SIGKILL: llama-server and rpc-server stop at once on it and free their port
-    and memory, and a build tool passes it on to its own children. Start children whose life
-    is bounded by the starting thread's (a `with` block, a wait), as every caller here does:
-    the kernel counts the starting thread, not the whole process, as the parent."""
-    prctl = _prctl
-    if prctl is None:
-        return None
-    parent = os.getpid()
-
-    def child() -> None:
-        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the line above
-            os._exit(1)
-
-    return child
 
 
 def install_signal_handlers() -> None:
@@ -236,7 +195,6 @@ def run(
             text=text,
             errors=errors if text else None,
             start_new_session=True,
-            preexec_fn=die_with_parent(),
         )
     except OSError as exc:
         raise _start_error(exc, argv, what, cwd, install_hint) from None
@@ -321,7 +279,6 @@ def popen(
             errors="replace",
             bufsize=1,
             start_new_session=True,
-            preexec_fn=die_with_parent(),
         )
     except OSError as exc:
         raise _start_error(exc, argv, what, cwd, install_hint) from None

@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamaspec import procs
 from llamaspec.errors import LlamaspecError
 from llamaspec.netaddr import parse_endpoint
 
@@ -253,13 +252,7 @@ def relay(listen: str, target: str, rtt_ms: float, stats: Path | None = None) ->
     """A relay process (in the calling thread's namespace) adding `rtt_ms` of round trip."""
     argv = [sys.executable, "-m", "llamaspec.perf.netlab", listen, target, str(rtt_ms)]
     argv += ["--stats", str(stats)] if stats else []
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=procs.die_with_parent(),
-    )
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         if not line.startswith("relay:"):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from llamaspec import config, procs
+from llamaspec import config
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import recipes
@@ -144,7 +144,6 @@ def rpc_host(
             [*hosts.exec_prefix(hosts.server), *rpc.serve_argv(artifact, opts)],
             stdout=fh,
             stderr=subprocess.STDOUT,
-            preexec_fn=procs.die_with_parent(),
         )
     try:
         deadline = time.monotonic() + wait

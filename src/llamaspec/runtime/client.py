@@ -26,7 +26,7 @@ import httpx
 from llamaspec import env as envvars
 from llamaspec.errors import LlamaspecError, missing_extra
 from llamaspec.models.server_help import server_help
-from llamaspec.procs import die_with_parent, kill_group
+from llamaspec.procs import kill_group
 from llamaspec.runtime import loopback, metrics
 
 __all__ = [
@@ -219,7 +219,6 @@ def running(
             env={**os.environ, **(env or {})},
             cwd=log.parent,  # servers that write llama.log leave it beside their log
             start_new_session=True,
-            preexec_fn=die_with_parent(),  # SIGKILLed llamaspec leaves no server behind
         )
     server = Server(argv=argv, port=port, log=log, proc=proc)
     try:

@@ -25,6 +25,7 @@ the same across restarts: a /metrics read that fails while the server restarts i
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import http.client
 import os
 import select
@@ -40,6 +41,7 @@ from llamaspec import procs
 from llamaspec.errors import LlamaspecError
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,15 @@ def _say(text: str) -> None:
     print(f"llamaspec serve: {text}", file=sys.stderr, flush=True)
 
 
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
 class Supervisor:
     """One server command, started, watched and restarted; `run` returns the exit status."""
 
@@ -111,6 +122,8 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             os.set_blocking(fd, False)
+        self._prctl = _prctl()
+        self._parent = os.getpid()
 
     # --- signals ------------------------------------------------------------------------------
 
@@ -140,10 +153,17 @@ class Supervisor:
 
     # --- the child ----------------------------------------------------------------------------
 
+    def _die_with_parent(self) -> None:
+        """In the child, before exec: SIGTERM when this supervisor dies, however it dies."""
+        if self._prctl is not None:
+            self._prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != self._parent:  # it died before the line above
+            os._exit(1)
+
     def _start(self) -> subprocess.Popen:
         try:
             return subprocess.Popen(
-                self.argv, start_new_session=True, preexec_fn=procs.die_with_parent()
+                self.argv, start_new_session=True, preexec_fn=self._die_with_parent
             )
         except OSError as exc:
             raise LlamaspecError(
