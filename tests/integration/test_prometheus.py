@@ -30,7 +30,7 @@ import yaml
 from llamaspec.engine.artifact import Artifact
 from llamaspec.images.registry import server_args
 from llamaspec.perf import monitoring
-from llamaspec.runtime import client
+from llamaspec.runtime import client, metrics
 
 from helpers import llamaspec
 
@@ -239,11 +239,24 @@ def test_prometheus_scrapes_a_speculating_server_and_the_rendered_alerts_fire_as
         def scraped(name: str) -> float:
             return float(prom.query(f'{name}{{instance="{g}"}}')[0]["value"][1])
 
-        before = scraped(drafted), scraped(accepted)
+        def live() -> metrics.SpecCounters:
+            counters = metrics.read(good.url)
+            assert counters is not None and counters.available, "the good server's /metrics"
+            return counters
+
+        # the hot request's own counters, read from the server (a scrape may still lag the
+        # greedy requests: CI once read 1.0 here, the second greedy request's acceptance)
+        before = live()
         _complete(good, 16, temperature=4.0, top_k=0, top_p=1.0, min_p=0.0)
-        _wait("the hot request's drafts were not scraped", lambda: scraped(drafted) > before[0])
-        hot = (scraped(accepted) - before[1]) / (scraped(drafted) - before[0])
+        after = live()
+        hot_counts = after - before
+        assert hot_counts.drafted > 0, "the hot request drafted nothing"
+        hot = hot_counts.accepted / hot_counts.drafted
         assert hot < threshold, (hot, threshold)
+        _wait(
+            "the hot request's drafts were not scraped",
+            lambda: scraped(drafted) >= after.drafted and scraped(accepted) >= after.accepted,
+        )
         _wait(
             "LlamaSpecAcceptanceLow did not fire while the target sampled at temperature 4",
             lambda: prom.ever(monitoring.LOW, g, "firing"),
