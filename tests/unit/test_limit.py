@@ -1,6 +1,6 @@
 """The speculation ceiling (`llamaspec limit`): the arithmetic, the verification step timed on
-its own, the perfect engine of measured costs, the rates the server is given, bench reports
-set against the ceiling, and the refusals."""
+its own at both ends (all accepted, all rejected), the perfect engine of measured costs, the
+rates the server is given, bench reports set against the ceiling, and the refusals."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from rich.console import Console
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
-from llamaspec.perf import limit, limit_report
+from llamaspec.perf import ceiling, limit, limit_report
 from llamaspec.perf.bench_report import Sample
 
 pytestmark = pytest.mark.unit
@@ -93,6 +93,10 @@ def test_the_server_gets_ngram_mod_drafts_of_exactly_gamma_and_the_rates() -> No
     assert argv[argv.index("--spec-ngram-mod-n-max") + 1] == "3"
     # the cost model's all-accepted steps are unchanged
     assert dialects.synthetic_steps("upstream", UPSTREAM_HELP, 2)[-1] == "1,1"
+    # the all-rejected step: the same drafts of exactly γ, every rate 0 (a valid probability)
+    rejected = dialects.synthetic_steps("upstream", UPSTREAM_HELP, 3, limit.synth_rates(0.0, 3))
+    assert rejected is not None and rejected[-2:] == ["--spec-synth-rates", "0,0,0"]
+    assert rejected[:-1] == argv[:-1]
     assert "--spec-synth-len" in dialects.SPEC_FLAGS
 
 
@@ -111,65 +115,116 @@ def test_a_round_is_priced_after_the_plain_steps_of_the_same_run() -> None:
 def test_the_summaries_of_the_steps_are_least_squares_fits() -> None:
     fixed, per_token = 6.0, 1.5
     points = [(g, fixed + per_token * g) for g in (1, 2, 4, 8)]  # step − plain, ms
-    got_fixed, got_slope = limit.fit_overhead(points)
+    got_fixed, got_slope = ceiling.fit_overhead(points)
     assert got_fixed == pytest.approx(fixed)
     assert got_slope == pytest.approx(per_token)
     # a single length: all of the extra counts as the round's fixed cost
-    assert limit.fit_overhead([(4, 10.0), (4, 12.0)]) == (pytest.approx(11.0), None)
-    assert limit.fit_overhead([]) == (None, None)
-    assert limit.fit_c([(g, 0.2) for g in (1, 2, 4, 8)]) == pytest.approx(0.2)
-    assert limit.fit_c([]) is None
+    assert ceiling.fit_overhead([(4, 10.0), (4, 12.0)]) == (pytest.approx(11.0), None)
+    assert ceiling.fit_overhead([]) == (None, None)
+    assert ceiling.fit_c([(g, 0.2) for g in (1, 2, 4, 8)]) == pytest.approx(0.2)
+    assert ceiling.fit_c([]) is None
 
 
 def _sample(tokens: int, ms: float, drafts: int = 0, drafted: int = 0, accepted: int = 0):
     return Sample(tokens, tokens / (ms / 1000.0), ms / 1000.0, drafted, accepted, drafts)
 
 
-def _step(gamma: int, ratios: tuple[float, ...], decode: float = 100.0) -> limit.StepCost:
-    """A step measured at `ratios` plain decodes: 10 rounds drafting γ each, all accepted."""
+def _end(gamma: int, ratios: tuple[float, ...], accepted: bool, decode: float = 100.0):
+    """(plain, step) samples of one end at `ratios` plain decodes: 10 rounds drafting γ
+    each, all accepted (γ + 1 tokens a round) or all rejected (1 token a round)."""
     plain = [_sample(50, 50 * decode)] * (len(ratios) + 1)
-    tokens = 1 + 10 * (gamma + 1)
-    full = [_sample(tokens, 10 * r * decode, 10, 10 * gamma, 10 * gamma) for r in ratios]
-    step = limit.step_cost(gamma, plain, full)
+    kept = gamma if accepted else 0
+    tokens = 1 + 10 * (kept + 1)
+    return plain, [_sample(tokens, 10 * r * decode, 10, 10 * gamma, 10 * kept) for r in ratios]
+
+
+def _step(
+    gamma: int,
+    ratios: tuple[float, ...],
+    decode: float = 100.0,
+    rejected: tuple[float, ...] | None = None,
+) -> limit.StepCost:
+    """A step measured at `ratios` plain decodes all accepted and `rejected` (the same when
+    None) all rejected."""
+    acc = _end(gamma, ratios, True, decode)
+    rej = _end(gamma, ratios if rejected is None else rejected, False, decode)
+    step = limit.step_cost(gamma, acc, rej)
     assert step is not None
     return step
 
 
 def test_the_step_is_timed_between_two_plain_decodes_and_nothing_is_fitted() -> None:
-    step = _step(4, (2.0, 2.4, 2.2))
-    assert step.ratios == pytest.approx((2.0, 2.4, 2.2))
-    assert step.ratio == pytest.approx(2.2) and (step.low, step.high) == (2.0, 2.4)
+    step = _step(4, (2.0, 2.4, 2.2), rejected=(1.6, 1.8, 1.7))
+    acc, rej = step.accepted, step.rejected
+    assert acc.ratios == pytest.approx((2.0, 2.4, 2.2))
+    assert acc.ratio == pytest.approx(2.2) and (acc.low, acc.high) == (2.0, 2.4)
+    assert rej.ratio == pytest.approx(1.7) and (rej.low, rej.high) == (1.6, 1.8)
     assert step.c == pytest.approx((2.2 - 1) / 4)
-    assert step.spread == pytest.approx(0.4 / 2.2)
+    assert acc.spread == pytest.approx(0.4 / 2.2) and rej.spread == pytest.approx(0.2 / 1.7)
+    assert step.spread == pytest.approx(0.4 / 2.2)  # the larger of the two
     # each step against the mean of the plain decodes around it: a drift between the two
     # plain samples is split, not charged to the step
     plain = [_sample(50, 50 * 100.0), _sample(50, 50 * 140.0)]
     full = [_sample(51, 10 * 240.0, 10, 40, 40)]
-    assert limit.step_cost(4, plain, full).ratio == pytest.approx(2.0)
+    assert ceiling.timed(plain, full).ratio == pytest.approx(2.0)
     # without the plain sample after it: the one before
-    assert limit.step_cost(4, plain[:1], full).ratio == pytest.approx(2.4)
-    # r between lengths is linear in γ + 1, with r(1) = 1 (a plain decode)
-    steps = [_step(2, (1.5,)), _step(4, (2.0,))]
-    assert limit.step_ratio(steps, 2) == pytest.approx(1.5)
-    assert limit.step_ratio(steps, 3) == pytest.approx(1.75)
-    assert limit.step_ratio([_step(4, (2.0, 3.0, 2.5))], 4, "low") == pytest.approx(2.0)
-    assert limit.step_ratio([], 4) is None
-    # a step whose run never drafted is no measurement
-    assert limit.step_cost(4, plain, [_sample(51, 5100.0)]) is None
+    assert ceiling.timed(plain[:1], full).ratio == pytest.approx(2.4)
+    # an all-rejected round emits one token: the run's 10 rounds are 10 of its 11 tokens
+    rejected = [_sample(11, 10 * 180.0, 10, 40, 0)]
+    assert ceiling.timed(plain, rejected).ratio == pytest.approx(1.5)
+    # r between lengths is linear in γ + 1, with r(1) = 1 (a plain decode), at both ends
+    steps = [_step(2, (1.5,), rejected=(1.3,)), _step(4, (2.0,), rejected=(1.5,))]
+    assert limit.step_ratios(steps, 2) == pytest.approx((1.5, 1.3))
+    assert limit.step_ratios(steps, 3) == pytest.approx((1.75, 1.4))
+    assert limit.step_ratios(steps, 1) == pytest.approx((1.25, 1.15))
+    low = limit.step_ratios([_step(4, (2.0, 3.0, 2.5), rejected=(1.4, 1.2, 1.3))], 4, "low")
+    assert low == pytest.approx((2.0, 1.2))
+    assert limit.step_ratios([], 4) is None
+    # a step whose run never drafted, at either end, is no measurement
+    dry = (plain, [_sample(51, 5100.0)])
+    assert limit.step_cost(4, dry, (plain, rejected)) is None
+    assert limit.step_cost(4, (plain, full), dry) is None
 
 
 def test_the_perfect_engine_prices_each_step_of_the_run_at_the_measured_costs() -> None:
     # 40 tokens after the first: 10 rounds of 4 drafted, 20 accepted; 10 plain steps
-    assert limit.perfect_speedup(40, 10, 40, 20, 2.0, 0.0) == pytest.approx(40 / (10 + 20))
+    assert limit.perfect_speedup(40, 10, 40, 20, 2.0, 2.0, 0.0) == pytest.approx(40 / (10 + 20))
     # the draft's cost per drafted token
-    assert limit.perfect_speedup(40, 10, 40, 20, 2.0, 0.25) == pytest.approx(40 / 40)
-    assert limit.perfect_speedup(0, 0, 0, 0, 2.0, 0.0) is None
-    # every step drafted: the closed form S(α, γ, c_γ) with c_γ = (r − 1) ÷ γ
+    assert limit.perfect_speedup(40, 10, 40, 20, 2.0, 2.0, 0.25) == pytest.approx(40 / 40)
+    assert limit.perfect_speedup(0, 0, 0, 0, 2.0, 2.0, 0.0) is None
+    # each round between the two ends by what it accepted: 2 of 4 → halfway, 1.5 decodes
+    assert limit.perfect_speedup(40, 10, 40, 20, 2.0, 1.0, 0.0) == pytest.approx(40 / (10 + 15))
+    # in all: drafts · r_rej + accepted · (r_acc − r_rej) ÷ g + plain steps + draft cost
+    want = 40 / (10 * 1.2 + 20 * (2.0 - 1.2) / 4 + 10 + 0.25 * 40)
+    assert limit.perfect_speedup(40, 10, 40, 20, 2.0, 1.2, 0.25) == pytest.approx(want)
+    # every step drafted, both ends equal: the closed form S(α, γ, c_γ), c_γ = (r − 1) ÷ γ
     a, g, r = 0.7, 4, 2.2
     rounds = 1000
     length = limit.mean_length(a, g)
-    got = limit.perfect_speedup(rounds * length, rounds, rounds * g, rounds * (length - 1), r, 0)
-    assert got == pytest.approx(limit.bound(a, g, (r - 1) / g))
+    counts = (rounds * length, rounds, rounds * g, rounds * (length - 1))
+    assert limit.perfect_speedup(*counts, r, r, 0) == pytest.approx(limit.bound(a, g, (r - 1) / g))
+    assert limit.perfect_bound(a, g, r, r) == pytest.approx(limit.bound(a, g, (r - 1) / g))
+    # and with a cheaper rejected step: L ÷ (r_rej + (r_acc − r_rej)(L − 1) ÷ γ)
+    got = limit.perfect_speedup(*counts, r, 1.4, 0)
+    assert got == pytest.approx(length / (1.4 + (r - 1.4) * (length - 1) / g))
+    assert got == pytest.approx(limit.perfect_bound(a, g, r, 1.4))
+    assert got > limit.bound(a, g, (r - 1) / g)
+
+
+def test_a_round_with_rejections_is_priced_below_the_all_accepted_step() -> None:
+    r_acc, r_rej, g = 1.55, 1.25, 2
+    # all accepted: the step timed so; none: the rejected step; between: linear in k
+    assert limit.round_price(r_acc, r_rej, g, g) == pytest.approx(r_acc)
+    assert limit.round_price(r_acc, r_rej, 0, g) == pytest.approx(r_rej)
+    assert limit.round_price(r_acc, r_rej, 1, g) == pytest.approx((r_acc + r_rej) / 2)
+    for k in (0, 0.5, 1, 1.9):
+        assert r_rej <= limit.round_price(r_acc, r_rej, k, g) < r_acc
+    # a run of rounds that rejected some: its ceiling lies above the one pricing every
+    # round at the all-accepted step (the defect: rejecting rounds beat that "ceiling")
+    counts = (30, 10, 20, 10)  # 30 emitted, 10 rounds of 2, 10 accepted, 10 plain steps
+    priced = limit.perfect_speedup(*counts, r_acc, r_rej, 0.0)
+    assert priced == pytest.approx(30 / (10 + 10 * r_rej + 10 * (r_acc - r_rej) / 2))
+    assert priced > limit.perfect_speedup(*counts, r_acc, r_acc, 0.0)
 
 
 def test_a_point_from_its_samples_and_its_ceiling() -> None:
@@ -206,7 +261,8 @@ def test_a_point_from_its_samples_and_its_ceiling() -> None:
     assert m.ceiling == pytest.approx(64 / (14 + 20 * 2.0), abs=1e-3)
     # a step dearer than the run's rounds: the point is above beyond noise, and says why
     [over] = limit.with_ceilings([p], [_step(4, (2.6, 2.7, 2.8))])
-    assert over.above and "below the fully accepted step" in over.note
+    assert over.above and "ran cheaper than the steps timed on their own" in over.note
+    assert "below the 2.60 that the cheapest timed steps price a round" in over.note
     # a plain sample that stalled makes a speedup read high, and the note says so
     stalled = limit.point(0.5, 4, [_sample(51, 5100.0), _sample(51, 12000.0)], spec)
     [why] = limit.with_ceilings([stalled], [_step(4, (2.6, 2.7, 2.8))])
@@ -220,6 +276,27 @@ def test_a_point_from_its_samples_and_its_ceiling() -> None:
     assert dry.round_ms is None and dry.c is None and dry.measured_alpha is None
     assert limit.with_ceilings([dry], [step]) == (dry,)
     assert limit.with_ceilings([p], []) == (p,)
+
+
+def test_alpha_zero_points_are_priced_at_the_rejected_step() -> None:
+    plain = [_sample(51, 5100.0), _sample(51, 5100.0)]  # 100 ms a token
+    # γ = 2, α = 0: 50 rounds, each drafting 2 and emitting only the target's token, 130 ms
+    zero = limit.point(0.0, 2, plain, [_sample(51, 50 * 130.0, 50, 100, 0)] * 2)
+    step = _step(2, (1.6, 1.7, 1.8), rejected=(1.25, 1.3, 1.35))
+    [at] = limit.with_ceilings([zero], [step])
+    # every round at r_rej (1.3; 1.25 at its cheapest), not at the all-accepted 1.7
+    assert at.ceiling == pytest.approx(50 / (50 * 1.3), abs=1e-3)
+    assert at.ceiling_high == pytest.approx(50 / (50 * 1.25), abs=1e-3)
+    assert not at.above and at.over_ceiling == pytest.approx(zero.speedup / at.ceiling, abs=1e-3)
+    # priced at the all-accepted step, the same rounds would sit above it beyond noise
+    [old] = limit.with_ceilings([zero], [_step(2, (1.6, 1.7, 1.8))])
+    assert old.above and old.ceiling == pytest.approx(50 / (50 * 1.7), abs=1e-3)
+    # a point with rejections at γ = 2 (α 0.95: 45 of 50 rounds kept both): priced between
+    high = limit.point(0.95, 2, plain, [_sample(146, 50 * 165.0, 50, 100, 95)] * 2)
+    [mid] = limit.with_ceilings([high], [step])
+    price = 1.3 + (1.7 - 1.3) * (95 / 50) / 2
+    assert mid.ceiling == pytest.approx(145 / (50 * price), abs=1e-3)
+    assert 145 / (50 * 1.7) < mid.ceiling < 145 / (50 * 1.3)
 
 
 # ---------------------------------------------------------------- bench reports
@@ -432,7 +509,7 @@ def _report() -> limit.LimitReport:
         limit.point(0.0, 2, plain, [_sample(51, 50 * 150.0, 50, 100, 0)]),
         limit.point(0.9, 2, plain, [_sample(51, 18 * 150.0, 18, 36, 32)]),
     ]
-    steps = [_step(2, (1.4, 1.5, 1.6))]
+    steps = [_step(2, (1.4, 1.5, 1.6), rejected=(1.1, 1.2, 1.3))]
     c, fixed, per_token = limit.described(steps)
     return limit.LimitReport(
         artifact_id="llamacpp-cpu-x",
@@ -463,15 +540,20 @@ def test_the_report_is_written_as_json_markdown_and_a_plot(tmp_path: Path) -> No
     data = json.loads(stem.with_suffix(".json").read_text())
     assert data["c"] == pytest.approx(0.25) and data["overhead_ms"] == pytest.approx(50.0)
     assert [p["alpha"] for p in data["points"]] == [0.0, 0.9]
-    assert data["steps"][0]["ratio"] == pytest.approx(1.5) and data["steps"][0]["c"] == 0.25
-    assert data["noise"]["step"] == pytest.approx(0.2 / 1.5, abs=1e-3)
-    # α = 0: 50 rounds of 1.5 decodes for 50 tokens; every round 150 ms, as the step
-    assert data["points"][0]["ceiling"] == pytest.approx(1 / 1.5, abs=1e-3)
+    step = data["steps"][0]
+    assert step["accepted"]["ratio"] == pytest.approx(1.5) and step["c"] == 0.25
+    assert step["rejected"]["ratio"] == pytest.approx(1.2)
+    assert data["noise"]["step"] == pytest.approx(0.2 / 1.2, abs=1e-3)  # the rejected end's
+    # α = 0: 50 rounds of 1.5 decodes for 50 tokens, priced at the rejected step's 1.2
+    assert data["points"][0]["ceiling"] == pytest.approx(1 / 1.2, abs=1e-3)
     assert data["above"] == 0
     md = stem.with_suffix(".md").read_text()
-    assert "S(α, γ, c_γ) = (1 − α^(γ+1)) / ((1 − α)(γ c_γ + 1))" in md
+    assert "r_rej(g) + (r_acc(g) − r_rej(g)) · k ÷ g plain decodes" in md
+    assert "L / (r_rej + (r_acc − r_rej)(L − 1) ÷ γ)" in md
+    assert "accepts them all (γ + 1 tokens emitted)" in md and "rejects them all (1" in md
     assert "nothing is fitted" in md and "beyond noise" in md
     assert "## The verification step, timed on its own" in md
+    assert "| 2 | 150.0 | 100.0 | 1.500 | 1.400–1.600 | 120.0 | 100.0 | 1.200 | 1.100–1.300 |" in md
     assert "Shipped recipes against the ceiling" in md and "missing: drafts" in md
     assert md == limit_report.markdown(data)
     out = console.export_text()

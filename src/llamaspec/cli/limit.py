@@ -54,10 +54,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "limit",
         help="the engine's speculation ceiling: synthetic acceptance × draft length against "
         "a perfect engine of measured costs",
-        description="Time the verification step of each draft length γ on its own (drafts of\n"
-        "γ tokens, all accepted, between plain decodes), then sweep synthetic acceptance\n"
-        "α × γ on the same server (a free n-gram draft whose tokens a coin accepts:\n"
-        "upstream's --spec-synth-rates, benchmarking only), plain decoding taking turns.\n"
+        description="Time the verification step of each draft length γ on its own at both\n"
+        "ends (drafts of γ tokens all accepted, then all rejected, between plain\n"
+        "decodes; a round is priced between them by what it accepted), then sweep\n"
+        "synthetic acceptance α × γ on the same server (a free n-gram draft whose\n"
+        "tokens a coin accepts: upstream's --spec-synth-rates, benchmarking only), plain\n"
+        "decoding taking turns.\n"
         "Each point's ceiling is the speedup a perfect engine of those measured costs\n"
         "gives over the point's own counts; the report flags any point above it beyond\n"
         "the measured noise, with acceptance per drafted token and as the block mean, and\n"

@@ -1,10 +1,12 @@
 """The arithmetic of the speculation ceiling (perf/limit.py measures, this prices).
 
 L(α, γ) and S(α, γ, c) in closed form; a drafted round's time within a run; the
-verification step timed on its own (`StepCost`: a round of γ drafted tokens, all accepted,
-over the plain decode timed just before it); the speedup a perfect engine of those measured
-costs would give over a run's own counts (`perfect_speedup`); and bench reports
-(perf.bench_report's JSON) set against it (`recipe_ceilings`)."""
+verification step timed on its own at both ends (`StepCost`: a round of γ drafted tokens all
+accepted, γ + 1 emitted, and one all rejected, 1 emitted, each over the plain decodes timed
+around it); a round that accepted k of g drafted tokens priced linearly between the two
+(`round_price`); the speedup a perfect engine of those measured costs would give over a
+run's own counts (`perfect_speedup`); and bench reports (perf.bench_report's JSON) set
+against it (`recipe_ceilings`)."""
 
 from __future__ import annotations
 
@@ -96,22 +98,16 @@ def fit_overhead(extra: Iterable[tuple[float, float]]) -> tuple[float | None, fl
 
 
 @dataclass(frozen=True)
-class StepCost:
-    """The verification step of γ + 1 tokens timed on its own: a round drafting exactly γ
-    tokens, all accepted, over the plain decode timed around it, per repetition."""
+class Timed:
+    """One end of the verification step timed on its own: per repetition, the round's ms,
+    the plain decode timed around it and their ratio."""
 
-    length: int  # γ
     step_ms: tuple[float, ...]
     decode_ms: tuple[float, ...]  # a plain decode (ms per token), timed around each step
     ratios: tuple[float, ...]  # step ÷ decode
-    ratio: float  # r(γ + 1): the median
+    ratio: float  # the median
     low: float  # the cheapest repetition
     high: float
-
-    @property
-    def c(self) -> float:
-        """c_γ = (r − 1) ÷ γ: a round costs γ c_γ + 1 plain decodes."""
-        return (self.ratio - 1.0) / self.length
 
     @property
     def spread(self) -> float:
@@ -119,28 +115,49 @@ class StepCost:
         return (self.high - self.low) / self.ratio if self.ratio > 0 else 0.0
 
 
-def step_cost(length: int, plain: Sequence[Sample], full: Sequence[Sample]) -> StepCost | None:
-    """A length's step from fully accepted samples and the plain ones taken in turns with
-    them: with one plain sample more than full ones (plain, full, plain, …, plain), each
-    step is set against the mean of the plain decodes just before and just after it, else
-    against the one just before it. None where no repetition had a drafted round."""
+@dataclass(frozen=True)
+class StepCost:
+    """The verification step of γ drafted tokens timed on its own at both ends: every
+    drafted token accepted (γ + 1 emitted: r_acc) and every one rejected (1 emitted: r_rej),
+    in plain decodes. A round emits what it accepts, and the server works per emitted token,
+    so a round that accepted k of γ is priced between them (`round_price`)."""
+
+    length: int  # γ
+    accepted: Timed
+    rejected: Timed
+
+    @property
+    def c(self) -> float:
+        """c_γ = (r_acc − 1) ÷ γ: a fully accepted round costs γ c_γ + 1 plain decodes."""
+        return (self.accepted.ratio - 1.0) / self.length
+
+    @property
+    def spread(self) -> float:
+        """The larger noise of the two ends."""
+        return max(self.accepted.spread, self.rejected.spread)
+
+
+def timed(plain: Sequence[Sample], steps: Sequence[Sample]) -> Timed | None:
+    """One end of a step from its samples and the plain ones taken in turns with them: with
+    one plain sample more than step ones (plain, step, plain, …, plain), each step is set
+    against the mean of the plain decodes just before and just after it, else against the
+    one just before it. None where no repetition had a drafted round."""
     per_token = [sample_ms(p) / p.tokens if p.tokens else 0.0 for p in plain]
-    if len(per_token) == len(full) + 1:
+    if len(per_token) == len(steps) + 1:
         around = [(a + b) / 2 for a, b in itertools.pairwise(per_token)]
     else:
         around = per_token
-    steps, decodes = [], []
-    for d, f in zip(around, full, strict=False):
+    rounds, decodes = [], []
+    for d, f in zip(around, steps, strict=False):
         r = round_ms(f.tokens, sample_ms(f), f.drafts, f.accepted, d)
         if r is not None and d > 0:
-            steps.append(r)
+            rounds.append(r)
             decodes.append(d)
-    if not steps:
+    if not rounds:
         return None
-    ratios = tuple(round(s / d, 4) for s, d in zip(steps, decodes, strict=True))
-    return StepCost(
-        length,
-        tuple(round(s, 3) for s in steps),
+    ratios = tuple(round(s / d, 4) for s, d in zip(rounds, decodes, strict=True))
+    return Timed(
+        tuple(round(s, 3) for s in rounds),
         tuple(round(d, 3) for d in decodes),
         ratios,
         round(statistics.median(ratios), 4),
@@ -149,26 +166,82 @@ def step_cost(length: int, plain: Sequence[Sample], full: Sequence[Sample]) -> S
     )
 
 
-def step_ratio(costs: Sequence[StepCost], gamma: float, which: str = "ratio") -> float | None:
-    """r(γ + 1) in plain decodes, linear between the lengths measured (`which`: "ratio" for
-    the median, "low" for the cheapest repetition); None where nothing was measured."""
+Samples = tuple[Sequence[Sample], Sequence[Sample]]  # (plain, step) samples, taking turns
+
+
+def step_cost(length: int, accepted: Samples, rejected: Samples) -> StepCost | None:
+    """A length's step from its all-accepted and all-rejected samples, each with the plain
+    samples taken in turns with them (`timed`). None where either end had no drafted round."""
+    acc, rej = timed(*accepted), timed(*rejected)
+    if acc is None or rej is None:
+        return None
+    return StepCost(length, acc, rej)
+
+
+def step_ratios(
+    costs: Sequence[StepCost], gamma: float, which: str = "ratio"
+) -> tuple[float, float] | None:
+    """(r_acc, r_rej) for a round of γ drafted tokens, in plain decodes, each linear in γ + 1
+    between the lengths measured, with a plain decode at γ = 0 (`which`: "ratio" for the
+    medians, "low" for the cheapest repetitions); None where nothing was measured."""
     if not costs:
         return None
-    table = {1: 1.0, **{c.length + 1: float(getattr(c, which)) for c in costs}}
-    return costmodel.ratio(table, gamma + 1.0)
+    ends = []
+    for end in ("accepted", "rejected"):
+        table = {1: 1.0, **{c.length + 1: float(getattr(getattr(c, end), which)) for c in costs}}
+        ends.append(costmodel.ratio(table, gamma + 1.0))
+    return ends[0], ends[1]
+
+
+def round_price(r_acc: float, r_rej: float, accepted: float, gamma: float) -> float:
+    """A round that drafted γ tokens and accepted `accepted` of them, in plain decodes:
+    r_rej + (r_acc − r_rej) · accepted ÷ γ, linear in the tokens it emits between the two
+    ends that were timed."""
+    return r_rej + (r_acc - r_rej) * accepted / gamma if gamma > 0 else 1.0
+
+
+def perfect_bound(alpha: float, gamma: float, r_acc: float, r_rej: float) -> float:
+    """The perfect engine at full coverage: L(α, γ) tokens a round over a round that
+    accepted L − 1 of γ on average, r_rej + (r_acc − r_rej)(L − 1) ÷ γ plain decodes. With
+    r_rej = r_acc it is S(α, γ, c_γ), c_γ = (r_acc − 1) ÷ γ."""
+    length = mean_length(alpha, gamma)
+    return length / round_price(r_acc, r_rej, length - 1.0, gamma)
 
 
 def perfect_speedup(
-    emitted: float, drafts: float, drafted: float, accepted: float, r: float, draft_cost: float
+    emitted: float,
+    drafts: float,
+    drafted: float,
+    accepted: float,
+    r_acc: float,
+    r_rej: float,
+    draft_cost: float,
 ) -> float | None:
     """The speedup of a perfect engine of measured costs over a run's own counts: `emitted`
-    tokens after each request's first, a plain decode for each step without a draft, r plain
-    decodes for each drafted round, and `draft_cost` for each drafted token."""
+    tokens after each request's first, a plain decode for each step without a draft, each
+    drafted round priced by `round_price` at the run's mean draft length g (in all,
+    drafts · r_rej + accepted · (r_acc − r_rej) ÷ g), and `draft_cost` for each drafted
+    token."""
     if emitted <= 0:
         return None
     plain_steps = max(emitted - accepted - drafts, 0.0)
-    units = plain_steps + drafts * r + draft_cost * drafted
+    rounds = 0.0
+    if drafts > 0:
+        rounds = drafts * round_price(r_acc, r_rej, accepted / drafts, drafted / drafts)
+    units = plain_steps + rounds + draft_cost * drafted
     return emitted / units if units > 0 else None
+
+
+def described(steps: Sequence[StepCost]) -> tuple[float | None, float | None, float | None]:
+    """(one-number c, fixed ms, ms per drafted token): the least-squares summaries of the
+    all-accepted steps, for reading them at a glance; no ceiling uses them."""
+    c = fit_c((s.length, s.c) for s in steps)
+    extra = [
+        (s.length, statistics.median(s.accepted.step_ms) - statistics.median(s.accepted.decode_ms))
+        for s in steps
+    ]
+    fixed, per_token = fit_overhead(extra)
+    return c, fixed, per_token
 
 
 def rounded(x: float | None, n: int) -> float | None:
@@ -197,12 +270,14 @@ class RecipeCeiling:
     extrapolated: bool = False  # γ beyond the longest step measured
     unreliable: bool = False  # the bench report's own verdict does not trust this speedup
     alpha_per_token: float | None = None  # accepted ÷ drafted
-    step_ratio: float | None = None  # r(γ + 1) measured, in plain decodes
+    step_ratio: float | None = None  # r_acc at γ: the all-accepted step, in plain decodes
+    step_ratio_rejected: float | None = None  # r_rej at γ: the all-rejected step
     ceiling_high: float | None = None  # at the cheapest repetition of the step
     speedup_low: float | None = None  # the bench's lowest repetition
     above: bool = False  # beyond noise
     # the same perfect engine at the steps the bench run itself timed (its cost model's
-    # `verify_ratio`), beside the sweep's: a second reading, taken with the speedup
+    # `verify_ratio`, all accepted: a round is priced at it whatever it accepted), beside
+    # the sweep's: a second reading, taken with the speedup
     bench_ceiling: float | None = None
     bench_ratio: float | None = None
 
@@ -246,8 +321,9 @@ def recipe_ceilings(
     name: str, report: Mapping[str, Any], steps: Sequence[StepCost]
 ) -> list[RecipeCeiling]:
     """A bench report's one-client workloads against the perfect engine of the measured
-    steps plus its draft's cost, over the workload's own counts; a γ past the longest step
-    measured is marked `extrapolated`.
+    steps plus its draft's cost, over the workload's own counts: drafts · r_rej(g) +
+    accepted · (r_acc(g) − r_rej(g)) ÷ g + plain steps + draft cost · drafted, g the mean
+    drafted per round; a γ past the longest step measured is marked `extrapolated`.
 
     Reads perf.bench_report's JSON: per workload `summary.speedup`, `tokens`, `drafts`,
     `drafted`, `accepted` (and `speedup_by_repetition` for the noise); the draft cost is
@@ -286,18 +362,15 @@ def recipe_ceilings(
         assert draft_cost is not None
         gamma = s["drafted"] / s["drafts"]
         emitted = s["tokens"] - _requests(cell)
-        r, low = step_ratio(steps, gamma), step_ratio(steps, gamma, "low")
+        r, low = step_ratios(steps, gamma), step_ratios(steps, gamma, "low")
         assert r is not None and low is not None
         args = (emitted, s["drafts"], s["drafted"], s["accepted"])
-        ceiling = perfect_speedup(*args, r, float(draft_cost))
-        high = perfect_speedup(*args, low, float(draft_cost))
+        ceiling = perfect_speedup(*args, *r, float(draft_cost))
+        high = perfect_speedup(*args, *low, float(draft_cost))
         lows = [float(x) for x in s.get("speedup_by_repetition") or [speedup]]
         own = _own_steps(cost_model)
-        mine = (
-            perfect_speedup(*args, costmodel.ratio(own, gamma + 1.0), float(draft_cost))
-            if own
-            else None
-        )
+        at = costmodel.ratio(own, gamma + 1.0) if own else None
+        mine = perfect_speedup(*args, at, at, float(draft_cost)) if at is not None else None
         above = high is not None and min(lows) > high
         out.append(
             RecipeCeiling(
@@ -317,7 +390,8 @@ def recipe_ceilings(
                 extrapolated=gamma > longest,
                 unreliable=(workload, 1) in distrusted,
                 alpha_per_token=round(s["accepted"] / s["drafted"], 4) if s["drafted"] else None,
-                step_ratio=round(r, 4),
+                step_ratio=round(r[0], 4),
+                step_ratio_rejected=round(r[1], 4),
                 ceiling_high=rounded(high, 4),
                 speedup_low=min(lows),
                 above=above,

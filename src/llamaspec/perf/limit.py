@@ -7,17 +7,21 @@ A round then emits on average L(α, γ) = (1 − α^(γ+1)) / (1 − α) tokens 
 and the target's own).
 
 The ceiling is not fitted to those runs. For every draft length γ, the verification step
-itself is timed on its own, as plain decodes are: a server whose every round drafts exactly
-γ tokens and accepts them all (`step_cost`), taking turns with the plain server, so that
-r(γ + 1) = that round's time ÷ the plain decode timed just before it. A perfect engine of
-those measured costs spends a plain decode on each step without a draft and r(g + 1) plain
-decodes (plus the draft's own cost) on each drafted round of g tokens; over a run's own
-counts its speedup is
+itself is timed on its own, as plain decodes are, at both ends (`step_cost`): a server whose
+every round drafts exactly γ tokens and accepts them all (γ + 1 emitted: r_acc(γ)), and one
+whose every round drafts γ and rejects them all (the same batch verified, 1 emitted:
+r_rej(γ)), each taking turns with the plain server, so that r = that round's time ÷ the
+plain decodes timed around it. The server works per emitted token, so a round that accepted
+k of its g drafted tokens is priced linearly between the two ends, r_rej(g) + (r_acc(g) −
+r_rej(g)) · k ÷ g plain decodes. A perfect engine of those measured costs spends a plain
+decode on each step without a draft and that (plus the draft's own cost) on each drafted
+round; over a run's own counts its speedup is
 
-    ceiling = emitted tokens / (plain steps + Σ r(g + 1) + draft cost × drafted tokens),
+    ceiling = emitted / (plain steps + drafts · r_rej(g) + accepted · (r_acc(g) − r_rej(g)) ÷ g
+                         + draft cost × drafted),
 
-which at full coverage is S(α, γ, c_γ) = L(α, γ) / (γ c_γ + 1) with c_γ = (r(γ + 1) − 1) ÷ γ
-measured per length. A point is above its ceiling beyond noise when its lowest
+g the run's mean drafted per round; at full coverage it is L(α, γ) ÷ (r_rej + (r_acc − r_rej)
+(L − 1) ÷ γ) (`perfect_bound`). A point is above its ceiling beyond noise when its lowest
 per-repetition speedup exceeds the ceiling at the cheapest repetition of the step; the
 report says so and why. Acceptance is given both ways: per drafted token (accepted ÷
 drafted) and the block mean (the α whose L(α, γ) is the measured tokens per round).
@@ -52,19 +56,20 @@ from llamaspec.perf.ceiling import (
     StepCost,
     alpha_for_length,
     bound,
-    fit_c,
-    fit_overhead,
+    described,
     mean_length,
+    perfect_bound,
     perfect_speedup,
     read_bench,
     recipe_ceilings,
     recipe_lengths,
     round_cost,
     round_ms,
+    round_price,
     rounded,
     sample_ms,
     step_cost,
-    step_ratio,
+    step_ratios,
 )
 from llamaspec.perf.workloads import WORKLOADS, Workload
 from llamaspec.progress import bar
@@ -74,7 +79,8 @@ DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.7, 0.8, 0.9, 0.95)
 DEFAULT_LENGTHS = (1, 2, 4, 8)
 DEFAULT_TOKENS = 64
 DEFAULT_REPETITIONS = 2
-# Repetitions of each length's verification step (its spread is the noise the report states).
+# Repetitions of each end of each length's verification step (its spread is the noise the
+# report states).
 STEP_REPETITIONS = 3
 # Plain samples of one point further apart than this (fastest ÷ slowest): a stalled server.
 STALL = 1.5
@@ -339,10 +345,11 @@ def point(alpha: float, gamma: int, plain: Sequence[Sample], spec: Sequence[Samp
     )
 
 
-def _why(p: Point, gamma: float, low: float) -> str:
+def _why(p: Point, gamma: float, price: float) -> str:
     """Why a point beat its ceiling beyond noise, from what was measured: its plain server
-    stalled (its plain samples far apart), or its rounds cost less than the timed step even
-    against its fastest plain sample, or else the machine's speed moved between timings."""
+    stalled (its plain samples far apart), or its rounds cost less than the timed steps
+    price a round of its acceptance at even against its fastest plain sample, or else the
+    machine's speed moved between timings."""
     tps = [s.tokens_per_second for s in p.plain if s.tokens_per_second > 0]
     if len(tps) > 1 and max(tps) > STALL * min(tps):
         return (
@@ -351,21 +358,24 @@ def _why(p: Point, gamma: float, low: float) -> str:
         )
     fastest = min((sample_ms(s) / s.tokens for s in p.plain if s.tokens), default=0.0)
     own = p.round_ms / fastest if p.round_ms is not None and fastest > 0 else None
-    if own is not None and own < low:
+    if own is not None and own < price:
         return (
             f"its drafted rounds took {own:.2f} plain decodes (against its fastest plain "
-            f"sample), below the fully accepted step's cheapest {low:.2f}: a round that "
-            f"rejects is not the step that was timed (γ = {gamma:g})"
+            f"sample), below the {price:.2f} that the cheapest timed steps price a round of "
+            f"its acceptance at (γ = {gamma:g}): its rounds ran cheaper than the steps timed "
+            "on their own"
         )
     return (
-        "its rounds cost no less than the timed step, so its plain decodes ran slower than "
-        "the step's: the machine's speed moved between the two timings"
+        "its rounds cost no less than the timed steps price them, so its plain decodes ran "
+        "slower than the steps': the machine's speed moved between the two timings"
     )
 
 
 def with_ceilings(points: Sequence[Point], steps: Sequence[StepCost]) -> tuple[Point, ...]:
-    """Each point with the perfect engine's speedup over its own counts (a free draft), at
-    the median step and at its cheapest repetition, and whether it is above beyond noise."""
+    """Each point with the perfect engine's speedup over its own counts (a free draft; each
+    round priced between the all-rejected and all-accepted steps by what it accepted), at
+    the median steps and at their cheapest repetitions, and whether it is above beyond
+    noise."""
     out = []
     for p in points:
         drafts = sum(s.drafts for s in p.spec)
@@ -376,15 +386,15 @@ def with_ceilings(points: Sequence[Point], steps: Sequence[StepCost]) -> tuple[P
         accepted = sum(s.accepted for s in p.spec)
         emitted = sum(max(s.tokens - 1, 0) for s in p.spec)
         g = drafted / drafts
-        r, low = step_ratio(steps, g), step_ratio(steps, g, "low")
+        r, low = step_ratios(steps, g), step_ratios(steps, g, "low")
         assert r is not None and low is not None
-        ceiling = perfect_speedup(emitted, drafts, drafted, accepted, r, 0.0)
-        high = perfect_speedup(emitted, drafts, drafted, accepted, low, 0.0)
+        ceiling = perfect_speedup(emitted, drafts, drafted, accepted, *r, 0.0)
+        high = perfect_speedup(emitted, drafts, drafted, accepted, *low, 0.0)
         if ceiling is None or high is None:
             out.append(p)
             continue
         above = p.speedup_low > high
-        note = _why(p, g, low) if above else ""
+        note = _why(p, g, round_price(*low, accepted / drafts, g)) if above else ""
         out.append(
             replace(
                 p,
@@ -398,20 +408,6 @@ def with_ceilings(points: Sequence[Point], steps: Sequence[StepCost]) -> tuple[P
     return tuple(out)
 
 
-def described(steps: Sequence[StepCost]) -> tuple[float | None, float | None, float | None]:
-    """(one-number c, fixed ms, ms per drafted token): the least-squares summaries of the
-    measured steps, for reading them at a glance; no ceiling uses them."""
-    c = fit_c((s.length, s.c) for s in steps)
-    extra = [
-        (s.length, statistics.median(s.step_ms) - statistics.median(s.decode_ms)) for s in steps
-    ]
-    fixed, per_token = fit_overhead(extra)
-    return c, fixed, per_token
-
-
-# --- bench reports against the ceiling -----------------------------------------------------
-
-
 # --- the measurement -----------------------------------------------------------------------
 
 
@@ -421,14 +417,19 @@ def _args(model: Path, plan: LimitPlan) -> list[str]:
 
 
 def _full_samples(
-    plain_srv: Any, spec_srv: Any, workload: Workload, n: int, tick: Callable[[str], None]
+    plain_srv: Any,
+    spec_srv: Any,
+    workload: Workload,
+    n: int,
+    tick: Callable[[str], None],
+    end: str = "all accepted",
 ) -> tuple[list[Sample], list[Sample]]:
-    """`n` fully accepted samples, each between two plain ones (n + 1 plain samples)."""
+    """`n` samples of one end of the step, each between two plain ones (n + 1 plain)."""
     tick("plain (1)")
     plain = [bench.run(plain_srv, workload, 1)]
     full: list[Sample] = []
     for rep in range(n):
-        tick(f"all accepted ({rep + 1})")
+        tick(f"{end} ({rep + 1})")
         full.append(bench.run(spec_srv, workload, 1))
         tick(f"plain ({rep + 2})")
         plain.append(bench.run(plain_srv, workload, 1))
@@ -447,8 +448,9 @@ def sweep(
 ) -> LimitReport:
     """Sweep synthetic acceptance α × draft length γ on `artifact`'s server with `model`.
 
-    A plain server runs throughout; each length first gets its verification step timed (a
-    server whose drafts of γ tokens are all accepted), then each configuration a server of
+    A plain server runs throughout; each length first gets its verification step timed at
+    both ends (a server whose drafts of γ tokens are all accepted, then one whose drafts are
+    all rejected), then each configuration a server of
     its own, each taking turns with the plain one sample by sample. The lengths that the
     `bench_reports` ((name, bench report JSON) pairs) drafted at get their step timed too,
     and the reports are set against the ceiling. `say` gets a line per server (or, with
@@ -464,8 +466,9 @@ def sweep(
     load = [reliability.load_now()]
     points: list[Point] = []
     steps: list[StepCost] = []
-    total = (len(configs) * plan.repetitions + len(lengths) * plan.step_repetitions) * 2
-    total += len(lengths)
+    # a point: plain and synthetic per repetition; a step: two ends of 2n + 1 samples each
+    total = len(configs) * plan.repetitions * 2
+    total += len(lengths) * 2 * (2 * plan.step_repetitions + 1)
     # without a console, `say` gets a line per server and nothing else shows
     with (
         running(artifact.server, base, logs / "plain.log") as plain_srv,
@@ -484,16 +487,22 @@ def sweep(
             return tick
 
         for gamma in lengths:
-            full_args = dialects.synthetic_steps(dialect, help_text, gamma)
-            assert full_args is not None  # check_synthetic passed
-            args = [*base, *full_args]
-            commands[f"step, γ={gamma}"] = bench.shown(args)
             # several rounds a sample, however long the draft
             w = Workload("limit-step", "copy-heavy", (PROMPT,), max(plan.tokens, 4 * (gamma + 1)))
-            with running(artifact.server, args, logs / f"step-g{gamma}.log") as srv:
-                got = _full_samples(plain_srv, srv, w, plan.step_repetitions, ticker(f"γ={gamma}"))
-            load.append(reliability.load_now())
-            if (cost := step_cost(gamma, *got)) is not None:
+            ends = []
+            for end, rates, tag in (
+                ("all accepted", None, "accepted"),
+                ("all rejected", synth_rates(0.0, gamma), "rejected"),
+            ):
+                step_args = dialects.synthetic_steps(dialect, help_text, gamma, rates)
+                assert step_args is not None  # check_synthetic passed
+                args = [*base, *step_args]
+                commands[f"step {end}, γ={gamma}"] = bench.shown(args)
+                tick = ticker(f"γ={gamma}")
+                with running(artifact.server, args, logs / f"step-{tag}-g{gamma}.log") as srv:
+                    ends.append(_full_samples(plain_srv, srv, w, plan.step_repetitions, tick, end))
+                load.append(reliability.load_now())
+            if (cost := step_cost(gamma, *ends)) is not None:
                 steps.append(cost)
             if gamma not in plan.lengths:
                 continue
@@ -555,12 +564,14 @@ __all__ = [
     "check_synthetic",
     "mean_length",
     "offers_synthetic",
+    "perfect_bound",
     "perfect_speedup",
     "point",
     "read_bench",
     "recipe_ceilings",
+    "round_price",
     "step_cost",
-    "step_ratio",
+    "step_ratios",
     "sweep",
     "synth_rates",
     "with_ceilings",

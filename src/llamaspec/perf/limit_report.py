@@ -36,11 +36,15 @@ HEAD = (
 )
 STEP_HEAD = (
     "γ",
-    "step ms",
+    "all accepted: step ms",
     "plain decode ms",
-    "r(γ+1), plain decodes",
-    "r lowest–highest",
-    "c_γ = (r − 1) ÷ γ",
+    "r_acc, plain decodes",
+    "r_acc lowest–highest",
+    "all rejected: step ms",
+    "plain decode ms",
+    "r_rej, plain decodes",
+    "r_rej lowest–highest",
+    "c_γ = (r_acc − 1) ÷ γ",
 )
 RECIPE_HEAD = (
     "bench report",
@@ -50,7 +54,7 @@ RECIPE_HEAD = (
     "α block mean",
     "γ",
     "draft cost",
-    "step r",
+    "step r_acc / r_rej",
     "ceiling (at cheapest step)",
     "speedup ÷ ceiling",
     "at the bench's own steps",
@@ -90,16 +94,19 @@ def rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
     return out
 
 
+def _end(t: Mapping[str, Any]) -> tuple[str, ...]:
+    """One end of a step: its median ms, plain decode ms, ratio and spread."""
+    return (
+        f"{statistics.median(t['step_ms']):.1f}",
+        f"{statistics.median(t['decode_ms']):.1f}",
+        f"{t['ratio']:.3f}",
+        f"{t['low']:.3f}–{t['high']:.3f}",
+    )
+
+
 def step_rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
     return [
-        (
-            str(s["length"]),
-            f"{statistics.median(s['step_ms']):.1f}",
-            f"{statistics.median(s['decode_ms']):.1f}",
-            f"{s['ratio']:.3f}",
-            f"{s['low']:.3f}–{s['high']:.3f}",
-            f"{s['c']:.3f}",
-        )
+        (str(s["length"]), *_end(s["accepted"]), *_end(s["rejected"]), f"{s['c']:.3f}")
         for s in report["steps"]
     ]
 
@@ -119,7 +126,7 @@ def recipe_rows(report: Mapping[str, Any]) -> list[tuple[str, ...]]:
                 _x(r["acceptance"], ".3f"),
                 _x(r["length"], ".1f") + (" (extrapolated)" if r.get("extrapolated") else ""),
                 _x(r["draft_cost"], ".3f"),
-                _x(r.get("step_ratio"), ".3f"),
+                _x(r.get("step_ratio"), ".3f") + " / " + _x(r.get("step_ratio_rejected"), ".3f"),
                 _x(r["ceiling"], unit="×") + f" ({_x(r.get('ceiling_high'), unit='×')})",
                 _x(r["ratio"])
                 + _flag(bool(r.get("above")), r["ratio"])
@@ -174,24 +181,30 @@ def markdown(report: Mapping[str, Any]) -> str:
         f"drafts of exactly γ tokens; medians of {plan['repetitions']} repetition(s) of "
         f"{plan['tokens']} tokens, greedy, plain and synthetic servers taking turns",
         "- ceiling: the speedup of a perfect engine of the measured costs over each run's own "
-        "counts: a plain decode for each step without a draft, r(g + 1) plain decodes for "
-        "each drafted round of g tokens (+ the draft's cost per drafted token for a bench "
-        "report). r is the verification step timed on its own: a server whose every round "
-        f"drafts exactly γ tokens and accepts them all, {plan['step_repetitions']} samples, "
-        "each between two plain samples and set against their mean decode; nothing is "
-        "fitted. At full coverage it is S(α, γ, c_γ) = (1 − α^(γ+1)) / ((1 − α)(γ c_γ + 1)) "
-        "with c_γ = (r(γ+1) − 1) ÷ γ, one per length",
+        "counts: a plain decode for each step without a draft, and for each drafted round "
+        "of g tokens that accepted k of them r_rej(g) + (r_acc(g) − r_rej(g)) · k ÷ g plain "
+        "decodes (+ the draft's cost per drafted token for a bench report). The verification "
+        "step is timed on its own at its two ends: r_acc, a server whose every round drafts "
+        "exactly γ tokens and accepts them all (γ + 1 tokens emitted), and r_rej, one whose "
+        "every round drafts the same γ, verifies them in one batch and rejects them all (1 "
+        f"emitted); {plan['step_repetitions']} samples of each, each between two plain "
+        "samples and set against their mean decode. The server works per emitted token, so "
+        "a round is priced linearly in what it accepted between the two ends; nothing is "
+        "fitted. At full coverage the ceiling is L / (r_rej + (r_acc − r_rej)(L − 1) ÷ γ) "
+        "with L = (1 − α^(γ+1)) / (1 − α), one pair of ratios per length",
         "- α per token: accepted ÷ drafted; α block mean: the α whose (1 − α^(γ+1)) / (1 − α) "
         "is the measured tokens per round",
-        f"- noise: the step's ratio r spread by up to {_x(noise['step'], '.0%')} of its "
-        "median between repetitions, a point's lowest repetition lay up to "
+        f"- noise: the step's ratios r_acc and r_rej spread by up to "
+        f"{_x(noise['step'], '.0%')} of their medians between repetitions, a point's lowest "
+        "repetition lay up to "
         f"{_x(noise['speedup'], '.0%')} below its median speedup. A row is above its "
         "ceiling beyond noise only when its lowest repetition's speedup exceeds the ceiling "
-        "at the cheapest repetition of the step (in brackets)",
+        "at the cheapest repetitions of the steps (in brackets)",
         *_load(report),
         f"- {verdict(report)}",
-        f"- summaries (no ceiling uses them): least-squares c = {_x(report['c'], '.4f')}; "
-        f"step − plain decode ≈ {_x(report['overhead_ms'], '.2f', ' ms')} + "
+        f"- summaries of the all-accepted steps (no ceiling uses them): least-squares c = "
+        f"{_x(report['c'], '.4f')}; step − plain decode ≈ "
+        f"{_x(report['overhead_ms'], '.2f', ' ms')} + "
         f"{_x(report['per_token_ms'], '.2f', ' ms')} per drafted token; plain decode "
         f"{_x(report['plain_ms_per_token'], '.2f', ' ms')} per token (median of the points)",
         "",
@@ -213,13 +226,16 @@ def markdown(report: Mapping[str, Any]) -> str:
             "## Shipped recipes against the ceiling",
             "",
             "Each bench report's one-client workloads: measured speedup ÷ the perfect "
-            "engine's over the workload's own counts, at its mean draft length's measured "
-            "step (interpolated between the lengths timed) plus the draft's cost (the bench "
-            "cost model's `draft_cost_ratio`, 0 for n-gram drafts). A ratio marked "
+            "engine's over the workload's own counts, at its mean draft length g's measured "
+            "steps (each end interpolated between the lengths timed): drafts · r_rej(g) + "
+            "accepted · (r_acc(g) − r_rej(g)) ÷ g + plain steps + the draft's cost per "
+            "drafted token (the bench cost model's `draft_cost_ratio`, 0 for n-gram drafts). "
+            "A ratio marked "
             "*unreliable bench* comes from a speedup its own bench report does not trust "
             "(its verdict names why): shown, not a headline. The last column is the same "
             "perfect engine at the verification steps the bench run timed itself (its cost "
-            "model's `verify_ratio`, taken at the time of its speedup), and the ratio to it.",
+            "model's `verify_ratio`, taken at the time of its speedup; all accepted, so there "
+            "a round is priced at it whatever it accepted), and the ratio to it.",
             "",
             *_table(RECIPE_HEAD, recipe_rows(report)),
         ]
@@ -291,7 +307,7 @@ def write_json(
     stem.with_name(stem.name + ".md").write_text(markdown(report))
     plotted = plot(report, stem.with_name(stem.name + ".png"))
     for title, head, body in (
-        ("the verification step", STEP_HEAD, step_rows(report)),
+        ("the verification step, all accepted and all rejected", STEP_HEAD, step_rows(report)),
         (f"speculation ceiling ({report['artifact_id']})", HEAD, rows(report)),
         ("shipped recipes against the ceiling", RECIPE_HEAD, recipe_rows(report)),
     ):
