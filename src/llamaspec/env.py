@@ -199,6 +199,17 @@ BY_NAME = {v.name: v for v in VARIABLES}
 _NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
+def raw(var: EnvVar) -> str | None:
+    """`var`'s value as set (an empty one included: some refuse it), None when unset."""
+    return os.environ.get(var.name)
+
+
+def get(var: EnvVar) -> str | None:
+    """`var`'s value, None when it is unset or empty: every `LLAMASPEC_*` read goes through
+    here with the declaration, never with its name written out (a unit test keeps it so)."""
+    return os.environ.get(var.name) or None
+
+
 def seconds(var: EnvVar, default: float) -> float:
     """`var`'s value as seconds (`default` when unset or empty); a value that is not a
     plain positive number (`abc`, `nan`, `-1`, `0`, `1e999`) is a LlamaspecError."""

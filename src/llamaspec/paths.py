@@ -7,6 +7,7 @@ from pathlib import Path
 
 import platformdirs
 
+from llamaspec import env
 from llamaspec.errors import LlamaspecError
 
 REPO_FILES = ("engines.yaml", "models.yaml", "patches/series.yaml")
@@ -14,9 +15,9 @@ REPO_FILES = ("engines.yaml", "models.yaml", "patches/series.yaml")
 
 def cache_dir() -> Path:
     """The user cache dir (override with LLAMASPEC_CACHE)."""
-    env = os.environ.get("LLAMASPEC_CACHE")
-    path = Path(env) if env else Path(platformdirs.user_cache_dir("llamaspec"))
-    where = f"LLAMASPEC_CACHE={env}" if env else f"the cache directory {path}"
+    given = env.get(env.CACHE)
+    path = Path(given) if given else Path(platformdirs.user_cache_dir("llamaspec"))
+    where = f"LLAMASPEC_CACHE={given}" if given else f"the cache directory {path}"
     return writable_dir(path, where, "set LLAMASPEC_CACHE to a writable directory")
 
 
@@ -38,9 +39,9 @@ def writable_dir(path: Path, what: str, fix: str) -> Path:
 def project_root(start: Path | None = None) -> Path:
     """Where the catalogs live: LLAMASPEC_ROOT, else the checkout holding engines.yaml (cwd or
     a parent), else this source tree, else the data installed with the package."""
-    env = os.environ.get("LLAMASPEC_ROOT")
-    if env:
-        return Path(env).resolve()
+    given = env.get(env.ROOT)
+    if given:
+        return Path(given).resolve()
     here = (start or Path.cwd()).resolve()
     found = checkout_of(here)
     if found is not None:
@@ -73,19 +74,19 @@ def is_packaged(root: Path) -> bool:
 def user_data() -> Path:
     """The user data dir (override with LLAMASPEC_DATA): the lock, tuned recipes, artifacts
     and reports of an installed llamaspec used outside a checkout."""
-    env = os.environ.get("LLAMASPEC_DATA")
-    return Path(env) if env else Path(platformdirs.user_data_dir("llamaspec"))
+    given = env.get(env.DATA)
+    return Path(given) if given else Path(platformdirs.user_data_dir("llamaspec"))
 
 
 def user_config() -> Path:
     """The user config dir (override with LLAMASPEC_CONFIG_DIR): the user's own
     `models.yaml` (models and pairs) and `recipes/*.yaml`, read over the project's. Only
     read: it need not be writable, but must be a readable directory where it exists."""
-    env = os.environ.get("LLAMASPEC_CONFIG_DIR")
-    path = Path(env) if env else Path(platformdirs.user_config_dir("llamaspec"))
-    what = f"The user config directory {path}" + (" (LLAMASPEC_CONFIG_DIR)" if env else "")
+    given = env.get(env.CONFIG_DIR)
+    path = Path(given) if given else Path(platformdirs.user_config_dir("llamaspec"))
+    what = f"The user config directory {path}" + (" (LLAMASPEC_CONFIG_DIR)" if given else "")
     fix = "point LLAMASPEC_CONFIG_DIR at a directory you can read (llamaspec never writes there)"
-    if env and not path.exists():  # set by hand: a typo would hide the user's pairs
+    if given and not path.exists():  # set by hand: a typo would hide the user's pairs
         raise LlamaspecError(
             f"{what} does not exist; create it (`mkdir -p {path}`) or {fix}, or unset "
             "LLAMASPEC_CONFIG_DIR to use the default."

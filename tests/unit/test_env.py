@@ -201,3 +201,18 @@ def test_the_server_start_reads_its_limit_through_the_table(
     ):
         pass
     assert not (tmp_path / "log").exists()
+
+
+def test_the_code_reads_a_variable_through_the_table_never_by_its_name() -> None:
+    """`os.environ.get("LLAMASPEC_X")` and the like stay out of the package: reads go
+    through `env.get(env.X)` (or `env.raw`), so a variable's name is written once."""
+    spelled = re.compile(r"""(?:environ(?:\.get\(|\[)|getenv\()\s*(?:f?["'])LLAMASPEC_""", re.S)
+    bad = [
+        f"{p.relative_to(PACKAGE)}: {m[0]}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.name != "env.py"
+        for m in spelled.finditer(p.read_text())
+    ]
+    assert not bad, bad
+    probe = tmp = "LLAMASPEC_" + "PROBE"  # spelt in two pieces: the scan must see the form
+    assert spelled.search(f'os.environ.get("{tmp}")') and spelled.search(f"os.getenv('{probe}')")

@@ -5,13 +5,13 @@ Precedence: command line > this file > engine/backend profile (and its variants)
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Literal
 
 import platformdirs
 from pydantic import BeforeValidator, Field, StrictInt, WithJsonSchema
 
+from llamaspec import env
 from llamaspec.config.loader import Frozen, parse, read_yaml
 from llamaspec.errors import LlamaspecError
 
@@ -70,13 +70,13 @@ class UserConfig(Frozen):
 
 def config_path() -> Path:
     """LLAMASPEC_CONFIG, else `<user config dir>/llamaspec/config.yaml`."""
-    env = os.environ.get("LLAMASPEC_CONFIG")
-    return Path(env) if env else Path(platformdirs.user_config_dir("llamaspec")) / "config.yaml"
+    given = env.get(env.CONFIG)
+    return Path(given) if given else Path(platformdirs.user_config_dir("llamaspec")) / "config.yaml"
 
 
 def load(path: Path | None = None) -> tuple[UserConfig, Path | None]:
     """The validated user config and where it came from (None: no file, all defaults)."""
-    named = path is not None or bool(os.environ.get("LLAMASPEC_CONFIG"))
+    named = path is not None or bool(env.get(env.CONFIG))
     path = path or config_path()
     if named and not path.exists():
         raise LlamaspecError(

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from rich.console import Console
 
+from llamaspec import env
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import specs
 from llamaspec.images.tools import Buildah, attempt, call
@@ -35,7 +35,7 @@ def make_base_image(suite: str, tag: str, console: Console, mirror: str | None =
     debootstrap = _need("debootstrap")
     buildah = Buildah(_need("buildah"))
     tar = _need("tar")
-    mirror = mirror or os.environ.get("LLAMASPEC_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+    mirror = mirror or env.get(env.DEBIAN_MIRROR) or "http://deb.debian.org/debian"
     with tempfile.TemporaryDirectory(prefix="llamaspec-rootfs-") as tmp:
         rootfs, tarball = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
         console.print(f"base: debootstrap --variant=minbase {suite} from {mirror}")

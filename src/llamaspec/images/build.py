@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from llamaspec import config, procs
+from llamaspec import config, env, procs
 from llamaspec.config import Engine
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
@@ -115,8 +115,8 @@ def source_url(root: Path) -> str:
     LLAMASPEC_SOURCE_URL (the publishing workflow sets it), else pyproject.toml's
     `[project.urls]` (Source, else Repository, else Homepage), else the git remote `origin`
     when it is a GitHub repository."""
-    if env := os.environ.get("LLAMASPEC_SOURCE_URL"):
-        return env
+    if given := env.get(env.SOURCE_URL):
+        return given
     if url := project_url(root / "pyproject.toml") or _installed_url(root / "pyproject.toml"):
         return url
     url = _git(root, "remote", "get-url", "origin") or ""

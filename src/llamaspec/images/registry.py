@@ -46,9 +46,9 @@ def configured_registry(given: str | None) -> tuple[str, str]:
 
     if given is not None:
         return remote.check_registry(given, "--registry"), "--registry"
-    env = os.environ.get("LLAMASPEC_REGISTRY")
-    if env is not None:
-        return remote.check_registry(env, "LLAMASPEC_REGISTRY"), "LLAMASPEC_REGISTRY"
+    given = env.raw(env.REGISTRY)
+    if given is not None:
+        return remote.check_registry(given, env.REGISTRY.name), env.REGISTRY.name
     cfg, path = user_config.load()
     if cfg.registry is not None:
         return remote.check_registry(cfg.registry, f"`registry` in {path}"), str(path)

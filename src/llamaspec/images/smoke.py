@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from llamaspec import env as envvars
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.artifact import Artifact, load_artifact
 from llamaspec.errors import LlamaspecError
@@ -111,7 +112,7 @@ def check_files(
 
 def healthcheck(tool: ContainerTool, ctr: str, port: int) -> bool:
     """Whether the image's HEALTHCHECK script calls the server on `port` healthy."""
-    argv = ["env", f"LLAMASPEC_PORT={port}", "/opt/llamaspec/bin/healthcheck.sh"]
+    argv = ["env", f"{envvars.PORT.name}={port}", "/opt/llamaspec/bin/healthcheck.sh"]
     return attempt(tool.run_argv(ctr, argv), HEALTHCHECK_S).returncode == 0
 
 

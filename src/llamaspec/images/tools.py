@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
-from llamaspec import procs
+from llamaspec import env, procs
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.images.remote import push_error, tls_flags
 from llamaspec.paths import cache_dir
@@ -238,7 +237,7 @@ class Docker(_Common):
         self, base_image: str, ccache: Path | None, say: Callable[[str], object]
     ) -> BuildSettings:
         # buildx pulls the base itself and keeps its own build cache (the workflow: gha)
-        return BuildSettings(cache=os.environ.get("LLAMASPEC_BUILDX_CACHE") or None)
+        return BuildSettings(cache=env.get(env.BUILDX_CACHE))
 
     def _build_head(self, settings: BuildSettings) -> list[str]:
         cmd = [self.path, "buildx", "build", "--progress", "plain"]

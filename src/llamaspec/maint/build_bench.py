@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
+from llamaspec import env as envvars
 from llamaspec import procs
 from llamaspec.config import read_yaml
 from llamaspec.engine import build as build_stage
@@ -93,7 +94,7 @@ def patch_rebuild(
     tools = detect()
     root = _patch_root(project_root(), engine)
     env = {k: v for k, v in os.environ.items() if k != "CCACHE_DISABLE"}
-    env["LLAMASPEC_ROOT"] = str(root)
+    env[envvars.ROOT.name] = str(root)
     cmd = [*build_cmd, "--patch", BENCH_PATCH]
     # what the benchmark adds (artifacts, patched trees with their builds, build links) goes
     places = [dist, cache_dir() / "work" / engine, cache_dir() / "build"]

@@ -11,13 +11,12 @@ candidate belong to the proof stage; the CLI runs them between `plan` and `apply
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamaspec import config
+from llamaspec import config, env
 from llamaspec import lock as lockfile
 from llamaspec.config import Engine, PatchEntry
 from llamaspec.engine import gitutil, sources
@@ -509,7 +508,7 @@ def pypi_news(engine: Engine, base: str | None = None, timeout: float = 10.0) ->
     if engine.pypi is None:
         return PypiNews(False, f"{engine.name} has no PyPI mirror in engines.yaml")
     pkg, have = engine.pypi.package, engine.pypi.version
-    url = f"{(base or os.environ.get('LLAMASPEC_PYPI_URL') or PYPI_URL).rstrip('/')}/{pkg}/json"
+    url = f"{(base or env.get(env.PYPI_URL) or PYPI_URL).rstrip('/')}/{pkg}/json"
     try:
         resp = httpx.get(url, timeout=timeout, follow_redirects=True)
         resp.raise_for_status()

@@ -263,7 +263,7 @@ def gated_argv(argv: list[str], artifact: Artifact, console: Console) -> list[st
     from llamaspec.models.server_help import help_flags, server_help
     from llamaspec.runtime import specgate
 
-    if os.environ.get(GATE_SWITCH, "").lower() == "off":
+    if (env.get(env.SPEC_GATE) or "").lower() == "off":
         return argv
     if not specgate.loaded(argv, os.environ).drafts:
         return argv

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from llamaspec import procs
+from llamaspec import env, procs
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir
 
@@ -126,7 +126,7 @@ def install(say: Callable[[str], None] = print, mirror: str | None = None) -> He
             f"{', '.join(DEBS)}). Install newer Vulkan headers yourself and pass "
             "--define Vulkan_INCLUDE_DIR=PATH --define SPIRV-Headers_DIR=PATH."
         )
-    base = (mirror or os.environ.get("LLAMASPEC_DEBIAN_MIRROR") or MIRROR).rstrip("/")
+    base = (mirror or env.get(env.DEBIAN_MIRROR) or MIRROR).rstrip("/")
     work = target.root.with_name(f".tmp-{RELEASE}-{os.getpid()}")
     work.parent.mkdir(parents=True, exist_ok=True)
     procs.remove_stale(work.parent, f".tmp-{RELEASE}-*")
