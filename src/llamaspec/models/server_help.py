@@ -97,12 +97,38 @@ def spec_type_choices(help_text: str) -> set[str] | None:
     return None
 
 
+_READ: dict[tuple[str, int, int, int], str] = {}  # (path, inode, size, mtime) → --help
+
+
 def server_help(server_bin: Path) -> str:
     """The binary's own --help: the truth about which flags it accepts.
+
+    Read once per binary per process: the text is kept against the file's inode, size and
+    modification time, so a command that renders, checks and runs one artifact asks it once
+    (a rebuilt or replaced binary is asked again).
 
     Output that names no `--model` is not a usage text: the binary did not run (a missing
     library, or a container runtime's transient failure when `server_bin` wraps one). That
     is tried once more, then refused with what the binary printed."""
+    try:
+        st = server_bin.stat()
+        key: tuple[str, int, int, int] | None = (
+            str(server_bin.resolve()),
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+        )
+    except OSError:
+        key = None  # not there: let the run say so
+    if key is not None and key in _READ:
+        return _READ[key]
+    text = _run_help(server_bin)
+    if key is not None:
+        _READ[key] = text
+    return text
+
+
+def _run_help(server_bin: Path) -> str:
     from llamaspec import procs
 
     for _ in range(2):
