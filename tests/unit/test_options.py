@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from llamaspec.cli import options
+from llamaspec.cli import options, shared
 from llamaspec.cli.main import make_parser
 from llamaspec.engine.pipeline import BuildSpec
 from llamaspec.errors import LlamaspecError
@@ -236,3 +237,37 @@ def test_a_missing_extra_names_the_pip_line() -> None:
     assert isinstance(err, LlamaspecError)
     assert "pip install 'llamaspec[smoke]'" in err.message and "\n" not in err.message
     assert err.message.startswith("The smoke test's OpenAI endpoint check needs")
+
+
+def _actions(parser: argparse.ArgumentParser, flag: str, path: str = "llamaspec"):
+    """(command path, action) for every parser under `parser` that has `flag`."""
+    for action in parser._actions:
+        if flag in action.option_strings:
+            yield path, action
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _actions(sub, flag, f"{path} {name}")
+
+
+@pytest.mark.parametrize("flag", ["--artifact", "--dist", "--reports"])
+def test_run_time_options_shared_by_many_commands_are_declared_once(flag: str) -> None:
+    """`--artifact`, `--dist` and `--reports` come from one declaration each (cli/shared.py;
+    the build options' `--dist` from options.py): one type, one metavar, one help text but
+    for the default each command names (issue 55)."""
+    found = list(_actions(make_parser(), flag))
+    assert len(found) >= 5, found
+    template = re.escape(shared.REPORTS_HELP).replace(re.escape("{what}"), ".+")
+
+    def declared(help_: str) -> str:  # the help less what each command says for itself
+        if flag == "--reports" and re.fullmatch(template, help_):
+            return shared.REPORTS_HELP
+        return help_.split("; default:")[0]
+
+    kinds = {(a.type, a.metavar, declared(a.help or "")) for _, a in found}
+    assert len(kinds) == 1, f"{flag} is declared in more than one way: {kinds}"
+    spelled = [
+        p.relative_to(ROOT).as_posix()
+        for p in sorted((ROOT / "src/llamaspec/cli").glob("*.py"))
+        if f'"{flag}"' in p.read_text() and p.name not in ("shared.py", "options.py")
+    ]
+    assert not spelled, f"{flag} spelled out in {spelled}: use cli/shared.py"

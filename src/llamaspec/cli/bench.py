@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import shared
-from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -26,7 +25,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="only these workloads (repeatable): conversation, translation, summarization, "
         "qa, math, rag, copy, code-edit",
     )
-    p.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_reports(p)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -87,7 +86,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(handler=cmd_tune)
     bb = sub.add_parser("bench-build", help="cold build time: llamaspec vs plain cmake")
     shared.add_artifact_args(bb)
-    bb.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_reports(bb)
     bb.set_defaults(handler=cmd_bench_build)
     br = sub.add_parser(
         "bench-reproducible",
@@ -95,7 +94,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "reproducible-build flags, compared file by file",
     )
     shared.add_artifact_args(br)
-    br.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_reports(br)
     br.add_argument(
         "--no-baseline",
         action="store_true",
@@ -124,7 +123,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--model", type=shared.existing_file, help="a GGUF (default: the embedded Gemma 3 270M)"
     )
     bp.add_argument("--rounds", type=shared.positive, default=3, help="alternating rounds")
-    bp.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_reports(bp)
     bp.set_defaults(handler=cmd_bench_portable)
 
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import options, shared
-from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -19,12 +17,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     options.add(p)
     p.set_defaults(handler=cmd_build)
     s = sub.add_parser("smoke", help="smoke-test an existing artifact")
-    s.add_argument(
-        "--artifact",
-        type=shared.artifact_id,
-        help="artifact id (or prefix) in dist/; default: newest",
-    )
-    s.add_argument("--dist", type=Path, default=default_out("dist"))
+    shared.add_artifact_args(s)
     s.add_argument(
         "--spec-args",
         type=spec_args,

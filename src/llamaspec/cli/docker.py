@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from llamaspec.cli import options, shared
 from llamaspec.errors import LlamaspecError
-from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -83,7 +82,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s = dsub.add_parser("smoke", help="smoke-test an image: speculation on, outputs identical")
     s.add_argument("image", help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu")
     s.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
-    s.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_reports(s)
     s.add_argument(
         "--compare-dist",
         type=shared.existing_dir,
@@ -113,7 +112,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sz = dsub.add_parser("size", help="size report: layers an image adds over its base")
     sz.add_argument("image")
     sz.add_argument("--base", **_spec(lambda s: s.BASES["cpu"][0], "image"))
-    sz.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_reports(sz)
     sz.add_argument("--record", type=Path, help="JSON from `docker build --out` (build times)")
     sz.set_defaults(handler=cmd_docker_size)
 

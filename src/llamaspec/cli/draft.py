@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import shared
 from llamaspec.errors import LlamaspecError
-from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -66,9 +64,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="K",
         help="measure at most K drafts, best ranked first (default 2)",
     )
-    m.add_argument("--reports", type=Path, help="where the report goes (default: reports/)")
-    m.add_argument("--artifact", help="artifact id (or prefix) to measure on; default: newest")
-    m.add_argument("--dist", type=Path, help="where artifacts are (default: dist/)")
+    shared.add_reports(m)
+    shared.add_artifact_args(m)
     f.set_defaults(handler=cmd_draft_find)
 
 
@@ -85,8 +82,8 @@ def cmd_draft_find(args: argparse.Namespace, console: Console) -> None:
         memory_gb=args.memory,
         ctx=args.ctx or 4096,
         top=args.top or 2,
-        reports=args.reports or default_out("reports"),
-        dist=args.dist or default_out("dist"),
+        reports=args.reports,
+        dist=args.dist,
         artifact_id=args.artifact,
     )
     if path is not None:

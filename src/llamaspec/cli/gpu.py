@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import options, shared
-from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,8 +29,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="on an NVIDIA GPU: build CUDA for both engines, smoke, verify, bench, tune",
     )
     options.add(g, "cuda_arch", "cuda_toolkit", "source", "variants", "jobs")
-    g.add_argument("--dist", type=Path, default=default_out("dist"))
-    g.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_dist(g)
+    shared.add_reports(g)
     g.add_argument(
         "--engine", action="append", default=[], help="only these engines (default: both)"
     )

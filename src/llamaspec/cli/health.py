@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import options, shared
-from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -61,13 +60,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-bench", action="store_true", help="skip the first-exposure bench")
     p.add_argument("--no-sweep", action="store_true", help="skip the synthetic-acceptance sweep")
-    p.add_argument("--dist", type=Path, default=default_out("dist"), help="where builds go")
-    p.add_argument(
-        "--reports",
-        type=shared.out_dir,
-        default=default_out("reports"),
-        help="where health.json, health.md and each pin's reports go (default: reports/)",
-    )
+    shared.add_dist(p)
+    shared.add_reports(p, "health.json, health.md and each pin's reports go")
     p.set_defaults(handler=cmd_health)
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import shared
-from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -106,7 +105,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="a bench report (reports/bench-<recipe>-<artifact>.json) to set against the "
         "ceiling (repeatable)",
     )
-    p.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_reports(p)
     p.set_defaults(handler=cmd_limit)
 
 

@@ -7,7 +7,6 @@ import argparse
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import shared
-from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -127,7 +126,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help=f"how long a server may take to become healthy (default {READY_TIMEOUT:g})",
     )
-    p.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_reports(p)
     p.set_defaults(handler=cmd_load)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from llamaspec.cli import options, shared
 from llamaspec.errors import LlamaspecError
-from llamaspec.paths import default_out, project_root, user_config, user_data
+from llamaspec.paths import project_root, user_config, user_data
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,7 +52,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     sh = rsub.add_parser("show", help="print the full llama-server command for a recipe")
     sh.add_argument("recipe")
-    _target_args(sh)
+    _target_args(sh, "none: rendered for --engine at its default pin")
     sh.add_argument(
         "--format",
         default="shell",
@@ -94,7 +94,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     s = sub.add_parser("serve", help="download, check and run a recipe's server (foreground)")
     s.add_argument("recipe")
-    _target_args(s)
+    _target_args(s, "the newest there (of --engine)")
     s.add_argument(
         "--restart",
         action="store_true",
@@ -183,16 +183,13 @@ def _monitoring_type(kind: str):
     return parse
 
 
-def _target_args(p: argparse.ArgumentParser) -> None:
+def _target_args(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument(
         "--engine",
         type=options.non_empty,
         help="llama.cpp or ik_llama.cpp (default: the artifact's, else llama.cpp)",
     )
-    p.add_argument(
-        "--artifact", help="a built artifact id (or prefix) in dist/: its binary, pin and --help"
-    )
-    p.add_argument("--dist", type=Path, default=default_out("dist"))
+    shared.add_artifact_args(p, f"{default}; its binary, pin and --help decide the lines")
     p.add_argument(
         "--dialect", choices=DIALECTS, help="override the dialect (default: from engine and pin)"
     )

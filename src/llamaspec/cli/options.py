@@ -248,11 +248,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         ("--dist",),
         "dist",
-        "output folder (dist/)",
-        "where artifacts go (default `dist/`)",
+        "where built artifacts are (default: dist/)",
+        "where artifacts go (default `dist/`); commands that run one look for it there",
         default=default_out("dist"),
         type=Path,
         value="DIR",
+        metavar="DIR",
     ),
     Option(
         ("--patch-source",),

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import options, shared
-from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -51,7 +50,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="only these scenarios (repeatable; default: all of them)",
     )
     ab.add_argument("--repetitions", type=shared.positive, default=3)
-    ab.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_reports(ab)
     ab.set_defaults(handler=cmd_patches_ab)
     lk = sub.add_parser("lock", help="resolve short SHAs and PR heads into llamaspec.lock")
     options.add_mirrors(lk)
@@ -143,12 +142,7 @@ def _bump_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="judge and write the report; change no other file"
     )
-    p.add_argument(
-        "--reports",
-        type=shared.out_dir,
-        metavar="DIR",
-        help="where the report goes (default: reports/)",
-    )
+    shared.add_reports(p)
     options.add(p, "patch_source", "dist", "jobs")
     p.set_defaults(handler=cmd_bump)
 

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import shared
-from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,8 +21,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "or encryption: it binds 127.0.0.1 unless --host names an address, and every\n"
         "interface only with --allow-all-interfaces.",
     )
-    s.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest rpc one")
-    s.add_argument("--dist", type=Path, default=default_out("dist"))
+    shared.add_artifact_args(s, "the newest RPC build there")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     s.add_argument("--port", type=shared.port, default=50052, help="TCP port (default 50052)")
     s.add_argument(
@@ -46,8 +43,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "check", help="check that rpc hosts answer and speak the artifact's protocol version"
     )
     c.add_argument("hosts", nargs="+", metavar="HOST:PORT", type=shared.rpc_endpoint)
-    c.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest rpc one")
-    c.add_argument("--dist", type=Path, default=default_out("dist"))
+    shared.add_artifact_args(c, "the newest RPC build there")
     c.add_argument(
         "--timeout", type=shared.seconds, default=5.0, help="seconds per host (default 5)"
     )
@@ -57,9 +53,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="measure plain and speculative tok/s per placement across two network "
         "namespaces at several round-trip times (root; writes reports/rpc-latency-*)",
     )
-    st.add_argument("--artifact", help="artifact id (or prefix) in dist/; default: newest rpc one")
-    st.add_argument("--dist", type=Path, default=default_out("dist"))
-    st.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_artifact_args(st, "the newest RPC build there")
+    shared.add_reports(st)
     st.add_argument(
         "--model",
         type=shared.existing_file,

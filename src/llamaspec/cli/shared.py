@@ -20,12 +20,38 @@ if TYPE_CHECKING:
     from llamaspec.engine.artifact import Artifact
 
 
-def add_artifact_args(p: argparse.ArgumentParser) -> None:
-    """`--artifact ID` (or a prefix) in `--dist DIR`; the newest one there by default."""
+def add_artifact_args(p: argparse.ArgumentParser, default: str = "the newest there") -> None:
+    """`--artifact ID` (or a prefix) in `--dist DIR`, declared once for every command;
+    `default` says which artifact the command takes without one."""
     p.add_argument(
-        "--artifact", type=artifact_id, help="artifact id (or prefix); default: newest in dist/"
+        "--artifact",
+        type=artifact_id,
+        metavar="ID",
+        help=f"a built artifact's id (or a unique prefix) in --dist; default: {default}",
     )
-    p.add_argument("--dist", type=Path, default=default_out("dist"))
+    add_dist(p)
+
+
+def add_dist(p: argparse.ArgumentParser) -> None:
+    """`--dist DIR`: where built artifacts are (the build options' own declaration)."""
+    from llamaspec.cli import options
+
+    options.add(p, "dist")
+
+
+REPORTS_HELP = "where {what} (default: reports/)"
+
+
+def add_reports(p: argparse.ArgumentParser, what: str = "the report goes") -> None:
+    """`--reports DIR`: the folder the command writes into (`what`: what goes there),
+    checked writable before any work."""
+    p.add_argument(
+        "--reports",
+        type=out_dir,
+        default=default_out("reports"),
+        metavar="DIR",
+        help=REPORTS_HELP.format(what=what),
+    )
 
 
 def load_artifact(args: argparse.Namespace) -> Artifact:

@@ -9,7 +9,6 @@ from rich.console import Console
 
 from llamaspec.cli import options, shared
 from llamaspec.errors import LlamaspecError
-from llamaspec.paths import default_out
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -103,7 +102,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="built-in models: run the parallel mode N times (timing-dependent batching)",
     )
-    v.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_reports(v)
     v.set_defaults(handler=cmd_verify)
     op = sub.add_parser(
         "oracle-power",
@@ -116,7 +115,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="two prompts, one swap position, one clean method (CI's version, a few minutes)",
     )
-    op.add_argument("--reports", type=shared.out_dir, default=default_out("reports"))
+    shared.add_reports(op)
     op.set_defaults(handler=cmd_oracle_power)
 
 
