@@ -101,3 +101,16 @@ def test_report_says_what_ran_and_what_it_cost() -> None:
     assert "| portable | yes: ' Paris' | libggml-cpu-sse42.so | no | 14.0 |" in text
     assert "| native | no | — | yes | 0.3 |" in text
     assert "prompt +0.0 %, generation -25.0 %" in text
+
+
+def test_a_bad_cpu_model_is_named_whether_or_not_qemu_is_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The unit tier needs only Python and git (CONTRIBUTING.md): without qemu-x86_64 the
+    refusal of `--cpu NoSuchCPU` still names the model, and an empty one is refused first."""
+    which = shutil.which
+    monkeypatch.setattr(portable.shutil, "which", lambda n: None if "qemu" in n else which(n))
+    with pytest.raises(LlamaspecError, match=r"qemu-x86_64 \(here as CPU model 'NoSuchCPU'\)"):
+        portable.cpu_model("NoSuchCPU")
+    with pytest.raises(LlamaspecError, match=r"--cpu '' names no CPU model"):
+        portable.cpu_model("")

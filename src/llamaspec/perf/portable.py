@@ -41,21 +41,27 @@ PROMPT = (
 ) * 6
 
 
-def qemu() -> str:
-    """qemu-user's x86-64 emulator, or a clear error."""
+def qemu(cpu: str = "") -> str:
+    """qemu-user's x86-64 emulator, or a clear error (naming the CPU model `cpu` asked for)."""
     exe = shutil.which("qemu-x86_64")
     if not exe:
+        asked = f" (here as CPU model {cpu!r})" if cpu else ""
         raise LlamaspecError(
             "bench-portable runs the builds under an emulated older CPU with qemu-user's "
-            "qemu-x86_64, which is not installed. Install it (Debian/Ubuntu: `sudo apt-get "
-            "install qemu-user`) and run the command again."
+            f"qemu-x86_64{asked}, which is not installed. Install it (Debian/Ubuntu: `sudo "
+            "apt-get install qemu-user`) and run the command again."
         )
     return exe
 
 
 def cpu_model(name: str) -> str:
     """A qemu CPU model name, checked against `qemu-x86_64 -cpu help`."""
-    out = subprocess.run([qemu(), "-cpu", "help"], capture_output=True, text=True, timeout=60)
+    if not name.strip():
+        raise LlamaspecError(
+            f"--cpu {name!r} names no CPU model. Pick one of `qemu-x86_64 -cpu help`, e.g. "
+            "Nehalem (SSE4.2, no AVX), SandyBridge (AVX, no AVX2) or Haswell (AVX2)."
+        )
+    out = subprocess.run([qemu(name), "-cpu", "help"], capture_output=True, text=True, timeout=60)
     known = set(re.findall(r"^x86\s+(\S+)", out.stdout, re.M))
     if name not in known:
         raise LlamaspecError(
