@@ -24,7 +24,6 @@ from llamaspec.config import ModelsFile, Recipe
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import compat, dialects, heads
-from llamaspec.models.server_help import spec_type_choices
 from llamaspec.paths import project_root
 
 # The spellings, the check against a binary's --help and the command type live in the
@@ -188,37 +187,16 @@ def draft_without_type(
 def check_spec_types(cmd: ServerCommand, recipe: Recipe, help_text: str, build: str) -> None:
     """Refuse a rendered recipe whose spec types the binary's own `--help` does not list
     (`--spec-type` values): on that build the recipe could not draft as written."""
-    choices = spec_type_choices(help_text)
-    d = dialects.DIALECTS.get(cmd.dialect)
-    if choices is None or d is None:
-        return
-    flag = d.flags["spec_type"]
-    wanted = [
-        w.split(":")[0]
-        for i, a in enumerate(cmd.argv[:-1])
-        if a == flag
-        for w in cmd.argv[i + 1].split(",")
-    ]
-    lacking = [w for w in wanted if w not in choices]
-    if not lacking:
-        return
-    neutral = {v: k for k, v in d.type_names.items()}
-    named = ", ".join(
-        f"{neutral[w]} ({flag} {w})" if neutral.get(w, w) != w else w for w in lacking
-    )
-    # every llamaspec name for each offered type (draft-mtp: mtp, and assistant with a file)
-    offered = sorted(
-        {k for k, v in d.type_names.items() if v in choices}
-        | {c for c in choices if c != "none" and c not in neutral}
-    )
-    raise LlamaspecError(
-        f"Recipe {recipe.name!r} asks for spec type {named}, which {build} does not offer: "
-        f"its --spec-type accepts {', '.join(sorted(choices))}, so the recipe could not draft "
-        f"there as written. What would work: a build at a pin that has it"
-        + (f" ({d.later})" if d.later else "")
-        + f"; a recipe whose types this build offers ({', '.join(offered) or 'none'}); or "
-        f"override `types` for this engine under `engines:` in the recipe."
-    )
+    lacking, choices = dialects.spec_types_lacking(cmd, help_text)
+    if lacking:
+        raise dialects.spec_type_refusal(
+            cmd.dialect,
+            lacking,
+            choices,
+            build,
+            f"Recipe {recipe.name!r}",
+            "; or override `types` for this engine under `engines:` in the recipe",
+        )
 
 
 def _no_draft(base: Recipe, recipe: Recipe, engine: str, d: dialects.Dialect, where: str) -> str:
