@@ -429,3 +429,36 @@ def test_a_defect_whose_fix_is_an_ancestor_is_fixed_in_base_and_before_it_is_not
     # without history nothing is claimed
     got = health.defect_status("ik_llama.cpp", after, [], root)["par"]
     assert got.startswith("not tested")
+
+
+def test_a_run_of_some_pins_merges_into_the_matrix_instead_of_replacing_it(
+    tmp_path: Path,
+) -> None:
+    """`maint health --pins X` (issue 54): the rows of the other pins stay, in the list's
+    order; a pin that fails to build where it built before keeps its earlier row; rows
+    made with other settings are not mixed in."""
+    pins = [pin(1), pin(2), pin(3)]
+    health.run(pins, Fake().steps(), tmp_path, lambda _s: None, listed=pins)
+    before = hr.read(tmp_path / "health.json")
+    again, said = Fake(), []
+    report = health.run([pins[1]], again.steps(), tmp_path, said.append, listed=pins)
+    assert again.built == ["b2"]
+    assert [r.pin.label for r in report.rows] == ["b1", "b2", "b3"] and report.complete
+    assert report.rows[0] == before.rows[0] and report.rows[2] == before.rows[2]
+    # no compiler this time: every build fails, and the matrix keeps what it had
+    broken = Fake(broken={"b1", "b2", "b3"})
+    report = health.run(pins, broken.steps(), tmp_path, said.append, listed=pins)
+    assert all(r.built for r in report.rows) and len(report.rows) == 3
+    assert sum("its earlier row is kept" in s for s in said) == 3
+    saved = hr.read(tmp_path / "health.json")
+    assert all(r.built for r in saved.rows)
+    # other settings: refused before anything is built
+    other = Fake()
+    with pytest.raises(LlamaspecError, match="other settings"):
+        health.run([pins[0]], other.steps(), tmp_path, said.append, listed=pins,
+                   settings={"recipe": "another"})  # fmt: skip
+    assert other.built == []
+    # every pin of the list judged again replaces them all, whatever the settings
+    report = health.run(pins, Fake().steps(), tmp_path, said.append, listed=pins,
+                        settings={"recipe": "another"})  # fmt: skip
+    assert report.settings == {"recipe": "another"} and len(report.rows) == 3

@@ -145,31 +145,58 @@ def run(
     resume: bool = False,
     settings: Mapping | None = None,
     machine: Mapping | None = None,
+    listed: Sequence[HealthPin] = (),
 ) -> HealthReport:
-    """Every pin in order; the report is rewritten after each, and with `resume` the pins a
-    partial report under `out_dir` already holds are kept, not rebuilt."""
-    done: dict[str, Row] = {}
+    """Every pin in order, merged into the report under `out_dir`: rows of the health list
+    (`listed`, in its order) that this run does not judge are kept from it, and a pin that
+    fails to build where it built before keeps its earlier row (a broken toolchain does not
+    wipe a matrix). The report is rewritten after each pin; with `resume` the pins it already
+    holds are kept, not rebuilt. Rows made with other settings are not mixed in: that is one
+    paragraph before anything is built."""
     js, _md = health_report.paths(out_dir)
-    if resume and js.is_file():
-        earlier = health_report.read(js)
-        done = {r.pin.key: r for r in earlier.rows}
-    report = HealthReport(rows=(), settings=dict(settings or {}), machine=dict(machine or {}))
-    rows: list[Row] = []
+    earlier = health_report.read(js) if js.is_file() else None
+    done = {r.pin.key: r for r in earlier.rows} if earlier else {}
+    order = [*listed, *(p for p in pins if p not in listed)]
+    chosen = {p.key for p in pins}
+    kept_keys = {p.key for p in order if p.key in done and (resume or p.key not in chosen)}
+    settings = dict(settings or {})
+    if earlier and kept_keys and dict(earlier.settings) != settings:
+        raise LlamaspecError(
+            f"{js} holds rows measured with other settings ({_settings(earlier.settings)}) "
+            f"than this run's ({_settings(settings)}), and this run would keep "
+            f"{len(kept_keys)} of them beside its own. Run with the same settings, give "
+            "another --reports folder, or judge every pin of the list (no --pins, no "
+            "--engine) to replace them all."
+        )
+    new: dict[str, Row] = {}
+
+    def merged() -> tuple[Row, ...]:
+        return tuple(r for p in order if (r := new.get(p.key) or done.get(p.key)) is not None)
+
+    report = HealthReport(rows=(), settings=settings, machine=dict(machine or {}))
     for i, pin in enumerate(pins, 1):
         kept = done.get(pin.key)
-        if kept is not None:
+        if resume and kept is not None:
             say(f"health: [{i}/{len(pins)}] {pin.short} {pin.label}: done in an earlier run; kept")
-            rows.append(kept)
             continue
         say(f"health: [{i}/{len(pins)}] {pin.engine} {pin.short} {pin.label} ({pin.date})")
-        rows.append(judge(pin, steps, say))
-        report = replace(report, rows=tuple(rows))
+        row = judge(pin, steps, say)
+        if not row.built and kept is not None and kept.built:
+            why = row.failures.get("build", "build failed")
+            say(f"health: {pin.short} did not build this time ({why}); its earlier row is kept")
+        else:
+            new[pin.key] = row
+        report = replace(report, rows=merged())
         health_report.write(report, out_dir)
-    report = replace(report, rows=tuple(rows), complete=True)
+    report = replace(report, rows=merged(), complete=True)
     health_report.write(report, out_dir)
     for flag in report.flags:
         say(f"health: REGRESSION {flag.engine} {flag.pin.split('@')[1][:7]}: {flag.describe()}")
     return report
+
+
+def _settings(settings: Mapping) -> str:
+    return ", ".join(f"{k} {v}" for k, v in settings.items()) or "none recorded"
 
 
 # --- the list of pins ----------------------------------------------------------------------
@@ -262,7 +289,14 @@ def command(
         sweep=sweep,
     )
     report = run(
-        pins, steps, reports, console.print, resume=resume, settings=settings, machine=machine()
+        pins,
+        steps,
+        reports,
+        console.print,
+        resume=resume,
+        settings=settings,
+        machine=machine(),
+        listed=health_list(),
     )
     md = health_report.paths(reports)[1]
     console.print(f"health: {len(report.rows)} build(s), {len(report.flags)} regression(s): {md}")
