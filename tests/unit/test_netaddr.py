@@ -160,3 +160,27 @@ def test_bad_network_options_are_usage_errors_before_any_work(argv, tmp_path, ca
     err = capsys.readouterr().err
     assert "Traceback" not in err and "error:" in err
     assert not (tmp_path / "no-dist").exists()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_serve_binds_every_interface_only_by_choice(host: str, tmp_path, capsys) -> None:
+    """As for the rpc-server (issue 54): `serve --host 0.0.0.0` is refused before any
+    artifact is looked up, naming the flag that allows it; with the flag the command goes
+    on (here to the missing dist/)."""
+    argv = ["serve", "gemma3-270m-ngram-tuned", "--host", host, "--dist", str(tmp_path / "d")]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "every network this machine is on" in err and "--allow-all-interfaces" in err
+    assert main([*argv, "--allow-all-interfaces"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "every network" not in err and str(tmp_path / "d") in err
+
+
+def test_the_printed_address_is_a_url_for_ipv6_too() -> None:
+    from llamaspec.runtime import serve
+
+    assert serve.url("::1", 8080) == "http://[::1]:8080"
+    assert serve.url("[fe80::1]", 80) == "http://[fe80::1]:80"
+    assert serve.listening("127.0.0.1", 8080) == "http://127.0.0.1:8080"
+    assert serve.listening("::", 8080).startswith("every interface, port 8080 (http://[::1]:8080")
+    assert serve.loopback_url("0", 9) == "http://127.0.0.1:9"

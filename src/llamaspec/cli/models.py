@@ -117,6 +117,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="with --restart: a server not answering GET /health with 200 this long after "
         "it (re)started is stopped and counted as a death (default 600)",
     )
+    s.add_argument(
+        "--allow-all-interfaces",
+        action="store_true",
+        help="allow --host 0.0.0.0 or :: (every network this machine is on can reach the "
+        "server and send it prompts)",
+    )
     s.set_defaults(handler=cmd_serve)
 
 
@@ -394,7 +400,13 @@ def cmd_recipe_monitor(args: argparse.Namespace, console: Console) -> None:
 def cmd_serve(args: argparse.Namespace, console: Console) -> None:
     from llamaspec.runtime import serve
 
-    serve.serve(args.recipe, _render_options(args), console, restart=_restart_policy(args))
+    serve.serve(
+        args.recipe,
+        _render_options(args),
+        console,
+        restart=_restart_policy(args),
+        allow_all_interfaces=args.allow_all_interfaces,
+    )
 
 
 def _restart_policy(args: argparse.Namespace):

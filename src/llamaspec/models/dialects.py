@@ -590,9 +590,12 @@ def spec_type_refusal(
     build lists, and what would work (`own_fix`: the asker's own way out)."""
     d = DIALECTS.get(dialect)
     flag = d.flags["spec_type"] if d is not None else "--spec-type"
-    neutral = {v: k for k, v in d.type_names.items()} if d is not None else {}
+    neutral: dict[str, list[str]] = {}  # engine name → llamaspec's (draft-mtp: mtp, assistant)
+    for k, v in d.type_names.items() if d is not None else ():
+        neutral.setdefault(v, []).append(k)
     named = ", ".join(
-        f"{neutral[w]} ({flag} {w})" if neutral.get(w, w) != w else w for w in lacking
+        f"{' or '.join(neutral[w])} ({flag} {w})" if neutral.get(w, [w]) != [w] else w
+        for w in lacking
     )
     offered = sorted(
         {k for k, v in (d.type_names.items() if d is not None else ()) if v in choices}

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from llamaspec import env, procs
+from llamaspec import env, netaddr, procs
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.paths import project_root
 
@@ -192,6 +192,7 @@ def serve(
     console: Console,
     root: Path | None = None,
     restart: Policy | None = None,
+    allow_all_interfaces: bool = False,
 ) -> NoReturn:
     """Check the build and the recipe's RPC hosts, then download and check its pair, render
     it for the artifact (default: the newest in `dist`) and become the server (foreground);
@@ -200,6 +201,7 @@ def serve(
     from llamaspec.models import catalog as models
     from llamaspec.models import recipes
 
+    check_bind(opts.host, allow_all_interfaces)  # the address before anything else
     root = root or project_root()
     recipe, catalog = recipes.find(name, root)
     if opts.engine:  # a typo is named as one, not as "no such artifact"
@@ -235,7 +237,7 @@ def serve(
     cmd, _ = render(opts, recipe, files.target, files.draft, console)
     argv = gated_argv(list(cmd.argv), artifact, console)
     console.print(f"serve: {shlex.join(argv)}")
-    console.print(f"serve: listening on http://{opts.host}:{opts.port} (Ctrl-C stops it)")
+    console.print(f"serve: listening on {listening(opts.host, opts.port)} (Ctrl-C stops it)")
     if restart is not None:
         console.print(
             f"serve: --restart: llamaspec stays as the server's parent and restarts it when it "
@@ -294,13 +296,39 @@ def start_watcher(argv: list[str], host: str, port: int, dialect: str) -> None:
         os._exit(0)
 
 
+def check_bind(host: str, allow_all_interfaces: bool = False) -> None:
+    """Every interface (0.0.0.0, ::, and every spelling the engine reads as one) only by
+    choice: llama-server answers anyone who reaches it, prompts and all."""
+    if netaddr.binds_everywhere(host) and not allow_all_interfaces:
+        raise LlamaspecError(
+            f"--host {host or '(empty)'} would let every network this machine is on reach "
+            "the server and send it prompts (llama-server has no authentication unless "
+            "given --api-key). Bind 127.0.0.1 (the default) and put a proxy with TLS and "
+            "authentication in front, or bind the one interface your clients use; pass "
+            "--allow-all-interfaces to bind every interface anyway."
+        )
+
+
+def url(host: str, port: int) -> str:
+    """http://HOST:PORT, an IPv6 address in brackets."""
+    bare = host.removeprefix("[").removesuffix("]")
+    return f"http://[{bare}]:{port}" if ":" in bare else f"http://{bare}:{port}"
+
+
 def loopback_url(host: str, port: int) -> str:
-    """Where the watcher reaches the server: loopback for an all-interfaces address."""
-    if host in ("0.0.0.0", ""):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    """Where this machine reaches the server: loopback for an all-interfaces address (the
+    IPv6 one for ::)."""
+    if netaddr.binds_everywhere(host):
+        v6 = ":" in host.removeprefix("[").removesuffix("]")
+        host = "::1" if v6 else "127.0.0.1"
+    return url(host, port)
+
+
+def listening(host: str, port: int) -> str:
+    """Where the server listens, in words a user can paste."""
+    if netaddr.binds_everywhere(host):
+        return f"every interface, port {port} ({loopback_url(host, port)} from this machine)"
+    return url(host, port)
 
 
 def watch(
