@@ -839,3 +839,26 @@ def test_buildah_pulls_a_missing_base_before_any_from_never_pulls_or_says_how_to
     text = str(err.value)
     assert "llamaspec docker base --tag base:x" in text and "no route" in text
     assert "\n" not in text and "will pull" not in text
+
+
+def test_the_build_context_of_an_installed_package_is_a_temporary_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`docker build --from-artifact` stages the artifact inside its build context: a
+    checkout's own folder, but never the installed package's (issue 54), which is copied to
+    a temporary folder, removed afterwards, the original untouched."""
+    import contextlib
+
+    from llamaspec.images import build
+
+    root = tmp_path / "installed"
+    (root / "docker").mkdir(parents=True)
+    (root / "docker" / "Dockerfile.cpu").write_text("FROM scratch\n")
+    with contextlib.ExitStack() as stack:
+        assert build.context_root(root, stack) == root  # a writable checkout builds in place
+    monkeypatch.setattr(build, "is_packaged", lambda r: r == root)
+    with contextlib.ExitStack() as stack:
+        ctx = build.context_root(root, stack)
+        assert ctx != root and (ctx / "docker" / "Dockerfile.cpu").is_file()
+        (ctx / ".llamaspec-stage").mkdir()  # staging works in the copy
+    assert not ctx.exists() and sorted(p.name for p in root.iterdir()) == ["docker"]

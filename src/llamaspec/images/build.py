@@ -35,7 +35,7 @@ from llamaspec.images import artifact as from_artifact
 from llamaspec.images import registry
 from llamaspec.images import specs as images
 from llamaspec.images.tools import BUILD_S, ContainerTool, attempt, detect
-from llamaspec.paths import cache_dir, project_root
+from llamaspec.paths import cache_dir, is_packaged, project_root
 
 LOG_TAIL = 40  # lines of a failed build's log shown
 _URL_LINE = re.compile(r'^"?([A-Za-z][\w .-]*?)"?\s*=\s*"(https://[^"]+)"')  # Name = "https://…"
@@ -196,6 +196,21 @@ def check_built_labels(got: Mapping[str, str], want: Mapping[str, str], ref: str
         raise LlamaspecError(f"{ref} was built but its labels are wrong: {wrong}")
 
 
+def context_root(root: Path, stack: contextlib.ExitStack) -> Path:
+    """The build context: `root` itself in a checkout, else (the catalogs installed with
+    the package, or a folder llamaspec may not write) a copy in a temporary folder, removed
+    with `stack`, so that staging an artifact never writes into the installed package."""
+    if not is_packaged(root) and os.access(root, os.W_OK):
+        return root
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llamaspec-context-")))
+    copy = tmp / "context"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for path in (copy, *copy.rglob("*")):  # a read-only install copies read-only
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+    return copy
+
+
 def build_image(
     tool: ContainerTool,
     spec: images.ImageSpec,
@@ -224,6 +239,8 @@ def build_image(
     src, rev = source_url(root), revision(root)
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
+        root = context_root(root, stack)
+        dockerfile = spec.dockerfile(root)
         if artifact is None:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llamaspec-mf-")))
             cmd = tool.build_argv(
