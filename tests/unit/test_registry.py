@@ -66,7 +66,9 @@ def test_the_signer_follows_the_registry_namespace_or_the_setting() -> None:
     ("identity", "accepted"),
     [
         (WORKFLOW.format("acme/llamaspec", "refs/heads/main"), True),
-        (WORKFLOW.format("acme/llamaspec", "refs/tags/v1.2.0"), True),
+        # the workflow publishes from main only: a run dispatched by hand on a tag is not
+        # a publishing run, whatever the tag (issue 54)
+        (WORKFLOW.format("acme/llamaspec", "refs/tags/v1.2.0"), False),
         (WORKFLOW.format("Acme/LlamaSpec", "refs/heads/main"), True),  # GitHub ignores case
         # another repository's workflow of the same name: the hole this closes
         (WORKFLOW.format("mallory/llamaspec", "refs/heads/main"), False),
@@ -133,7 +135,7 @@ def test_a_signature_from_another_repository_is_refused(tmp_path: Path) -> None:
         "acme/llamaspec"
     )
     assert args[args.index("--certificate-oidc-issuer") + 1] == registry.SIGNER_ISSUER
-    own = fake_cosign(tmp_path / "b", WORKFLOW.format("acme/llamaspec", "refs/tags/v0.2.0"))
+    own = fake_cosign(tmp_path / "b", WORKFLOW.format("acme/llamaspec", "refs/heads/main"))
     verified = registry.verify_signature(ref, console, lambda _: str(own))
     assert verified is not None and verified.digests == {DIGEST}
 
@@ -573,3 +575,34 @@ def test_pull_help_says_the_backend_is_this_hosts(capsys: pytest.CaptureFixture)
     text = " ".join(capsys.readouterr().out.split())
     assert "--backend BACKEND cpu, cuda or vulkan (default: this host's)" in text
     assert "cpu (default)" not in text
+
+
+def test_a_required_signature_refuses_without_cosign_and_an_empty_payload_refuses(
+    tmp_path: Path,
+) -> None:
+    """Verification a user can require (issue 54): with it, no cosign is a refusal rather
+    than a line; and a verified signature whose output names no digest cannot tie the pull
+    to what was verified, so the pull stops instead of falling back to the tag."""
+    console = Console(record=True, width=300)
+    ref = f"ghcr.io/acme/llamaspec@{DIGEST}"
+    assert registry.verify_signature(ref, console, lambda _: None) is None
+    assert "NOT verified" in console.export_text()
+    with pytest.raises(LlamaspecError, match="a verified signature is required"):
+        registry.verify_signature(ref, console, lambda _: None, required=True)
+    empty = registry.Verified(ref, "identity", frozenset())
+    with pytest.raises(LlamaspecError, match="named no image digest"):
+        registry.pinned_digest("ghcr.io/acme/llamaspec:llama.cpp-cpu", None, empty)
+    with pytest.raises(LlamaspecError, match="named no image digest"):
+        registry.pinned_digest("ghcr.io/acme/llamaspec:llama.cpp-cpu", DIGEST, empty)
+
+
+def test_the_user_config_can_require_signatures(tmp_path: Path, monkeypatch) -> None:
+    cfg = tmp_path / "config.yaml"
+    monkeypatch.setenv("LLAMASPEC_CONFIG", str(cfg))
+    cfg.write_text("require_signature: true\n")
+    assert registry.signature_required() is True
+    cfg.write_text("registry: ghcr.io/acme\n")
+    assert registry.signature_required() is False
+    cfg.write_text("require_signature: yes-please\n")
+    with pytest.raises(LlamaspecError, match="require_signature"):
+        registry.signature_required()

@@ -79,6 +79,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--recipe", **_spec(lambda s: s.DEFAULT_RECIPE, "recipe"), help="recipe to print a run for"
     )
     p.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
+    p.add_argument(
+        "--require-signature",
+        action="store_true",
+        help="refuse an image whose signature cannot be verified (cosign missing too); "
+        "default: the user config's `require_signature`, else off",
+    )
     s = dsub.add_parser("smoke", help="smoke-test an image: speculation on, outputs identical")
     s.add_argument("image", help="image reference, e.g. localhost/llamaspec:llama.cpp-cpu")
     s.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
@@ -229,6 +235,7 @@ def cmd_docker_pull(args: argparse.Namespace, console: Console) -> None:
         console,
         args.recipe,
         cuda,
+        require_signature=args.require_signature or registry.signature_required(),
     )
 
 

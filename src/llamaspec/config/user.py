@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import platformdirs
-from pydantic import BeforeValidator, Field, StrictInt, WithJsonSchema
+from pydantic import BeforeValidator, Field, StrictBool, StrictInt, WithJsonSchema
 
 from llamaspec import env
 from llamaspec.config.loader import Frozen, parse, read_yaml
@@ -53,6 +53,8 @@ class UserConfig(Frozen):
     backends: dict[Literal["cpu", "cuda", "vulkan"], BackendDefaults] = Field(default_factory=dict)
     # `host[:port]/path`, e.g. ghcr.io/llamaspec or 127.0.0.1:5000/team
     registry: Annotated[str, Field(pattern=r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)*$")] | None = None
+    # `docker pull` refuses an image whose signature it cannot verify (cosign missing too)
+    require_signature: StrictBool = False
 
     def for_backend(self, backend: str) -> BackendDefaults:
         """The file's defaults for `backend`, per-backend entries winning."""

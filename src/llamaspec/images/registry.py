@@ -55,6 +55,14 @@ def configured_registry(given: str | None) -> tuple[str, str]:
     return images.DEFAULT_REGISTRY, "the default"
 
 
+def signature_required() -> bool:
+    """The user config's `require_signature` (off when unset)."""
+    from llamaspec.config import user as user_config
+
+    cfg, _path = user_config.load()
+    return cfg.require_signature
+
+
 def signer_repo(registry: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
     """The GitHub repository (OWNER/REPO) whose publishing workflow must have signed images
     of `registry`, and why: LLAMASPEC_SIGNER_REPO, else the namespace of `ghcr.io/<owner>`
@@ -79,11 +87,14 @@ def signer_repo(registry: str, env: Mapping[str, str] | None = None) -> tuple[st
 def signer_identity(repo: str) -> str:
     """The certificate identity cosign must find, as a regular expression (Go's and
     Python's syntax alike): `repo`'s publishing workflow (owner and name in any case, as
-    GitHub treats them) on its main branch or a `v*` release tag, nothing else."""
+    GitHub treats them) run on its main branch, nothing else. The workflow publishes from
+    main only (a run dispatched on another branch or a tag builds and signs nothing), so no
+    tag is an identity: a run dispatched by hand on a tag cannot make a signature that
+    passes."""
     owner, name = (re.escape(part) for part in repo.split("/", 1))
     return (
         rf"^https://github\.com/(?i:{owner}/{name})/{re.escape(SIGNER_WORKFLOW)}"
-        r"@refs/(?:heads/main|tags/v[^/]+)$"
+        r"@refs/heads/main$"
     )
 
 
@@ -414,12 +425,25 @@ class Verified:
 
 
 def verify_signature(
-    ref: str, console: Console, which=shutil.which, signer: str | None = None
+    ref: str,
+    console: Console,
+    which=shutil.which,
+    signer: str | None = None,
+    required: bool = False,
 ) -> Verified | None:
     """Check `ref`'s cosign signature where cosign is installed: made by `signer`'s
     publishing workflow (OWNER/REPO; default: `signer_repo` of the ref's registry), else
-    refused. Without cosign, say that nothing was verified (None)."""
+    refused. Without cosign, say that nothing was verified (None), or refuse where a
+    signature is `required`."""
     cosign = which("cosign")
+    if not cosign and required:
+        raise LlamaspecError(
+            f"Refusing {ref}: a verified signature is required (--require-signature, or "
+            "`require_signature: true` in the user config) and cosign is not installed, so "
+            "nothing can be verified. Install cosign "
+            "(https://docs.sigstore.dev/cosign/system_config/installation/) and pull again, "
+            "or leave the requirement off to pull unverified."
+        )
     if not cosign:
         console.print(
             f"docker-pull: the signature of {ref} was NOT verified: cosign is not installed "
@@ -442,7 +466,7 @@ def verify_signature(
         last = remote.last_line(proc.stderr or proc.stdout or "") or f"exit {proc.returncode}"
         raise LlamaspecError(
             f"Refusing {ref}: cosign could not verify that {signer}'s publishing workflow "
-            f"({SIGNER_WORKFLOW} on main or a v* tag; {signer} is {why}) signed it ({last}). "
+            f"({SIGNER_WORKFLOW} on main; {signer} is {why}) signed it ({last}). "
             f"Pull an image that workflow published, set {SIGNER_ENV}=OWNER/REPO to the "
             "repository that publishes this registry's images, or build one yourself with "
             "`llamaspec docker build`."
@@ -470,8 +494,15 @@ def payload_digests(stdout: str) -> frozenset[str]:
 def pinned_digest(ref: str, digest: str | None, verified: Verified | None) -> str | None:
     """The one digest to pull: the registry's (`digest`, read once) and the one cosign
     verified must be the same; without skopeo it is the one cosign verified."""
-    if verified is None or not verified.digests:
+    if verified is None:
         return digest
+    if not verified.digests:
+        raise LlamaspecError(
+            f"Refusing {ref}: cosign verified a signature but its output named no image "
+            "digest, so what would be pulled cannot be tied to what was verified (the tag "
+            "could have moved). Pull again; if it persists, check `cosign verify` by hand "
+            "(docs/guides/docker.md) or update cosign."
+        )
     if digest is None:
         if len(verified.digests) != 1:
             raise LlamaspecError(
@@ -500,6 +531,7 @@ def pull(
     console: Console,
     recipe: str = images.DEFAULT_RECIPE,
     cuda: CudaHost | None = None,
+    require_signature: bool = False,
 ) -> str:
     """Pull the image (checked by `pull_target`), refuse it unless its labels match (and,
     for CUDA, this GPU and driver run it), and print how to run it with `recipe`.
@@ -528,7 +560,9 @@ def pull(
     else:
         check(found.labels)
     digest = found.digest if found else None
-    verified = verify_signature(f"{name}@{digest}" if digest else ref, console)
+    verified = verify_signature(
+        f"{name}@{digest}" if digest else ref, console, required=require_signature
+    )
     digest = pinned_digest(ref, digest, verified)
     source = f"{name}@{digest}" if digest else ref
     if found is not None:
