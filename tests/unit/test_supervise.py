@@ -312,3 +312,35 @@ def test_backoff_and_how_a_server_ended() -> None:
     assert supervise.how_it_ended(-signal.SIGKILL) == "SIGKILL"
     assert supervise.how_it_ended(1) == "exit status 1"
     assert supervise.shell_status(-signal.SIGTERM) == 143 and supervise.shell_status(3) == 3
+
+
+def test_a_hung_server_is_a_dead_one_and_a_stop_escalates_to_sigkill(tmp_path, runs) -> None:
+    """Issue 54: a server that was healthy and stops answering (SIGSTOP) is stopped (SIGTERM,
+    then SIGKILL: a stopped process acts on nothing else) and restarted; and a server that
+    does not go on the forwarded stop signal is killed `grace_s` after it."""
+    run = _run(runs, tmp_path, hang_s=0.5, check_s=0.1, grace_s=0.5)
+    run.wait_for("healthy in")
+    first = int(run.wait_log("start")[0][1])
+    os.kill(first, signal.SIGSTOP)
+    run.wait_for(rf"llama-server \(pid {first}\) has not answered GET /health for \d+ s \(hung\)")
+    run.wait_for(r"ended \(hung: no answer to GET /health for 0.5 s\)")
+    run.wait_for("restarted after hung")
+    assert _gone(first)
+    second = int(run.wait_log("start", 2)[1][1])
+    os.kill(second, signal.SIGSTOP)  # hung again: the stop signal cannot reach it
+    os.kill(run.proc.pid, signal.SIGTERM)
+    assert run.finish() == 128 + signal.SIGKILL
+    assert any("still running 0.5 s after the stop signal; killing it" in ln for ln in run.lines)
+    assert _gone(second)
+
+
+def test_an_address_this_machine_cannot_reach_is_refused_before_any_start(
+    tmp_path: Path,
+) -> None:
+    """Loopback down (or an address not on this machine): every health check would fail,
+    each start would wait out its deadline; refused at once instead, nothing started."""
+    from llamaspec.errors import LlamaspecError
+
+    sup = supervise.Supervisor([tmp_path / "never-started"], "http://192.0.2.1:8080")
+    with pytest.raises(LlamaspecError, match=r"cannot reach 192\.0\.2\.1 on this machine"):
+        sup.run()

@@ -118,6 +118,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "it (re)started is stopped and counted as a death (default 600)",
     )
     s.add_argument(
+        "--hang-timeout",
+        type=shared.seconds,
+        metavar="SECONDS",
+        help="with --restart: a server that was healthy and has not answered GET /health "
+        "this long is hung; it is killed and restarted (default 60)",
+    )
+    s.add_argument(
         "--allow-all-interfaces",
         action="store_true",
         help="allow --host 0.0.0.0 or :: (every network this machine is on can reach the "
@@ -411,7 +418,11 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> None:
 
 def _restart_policy(args: argparse.Namespace):
     """`--restart`'s policy (None without it); its options alone are refused."""
-    named = {"--max-restarts": args.max_restarts, "--health-timeout": args.health_timeout}
+    named = {
+        "--max-restarts": args.max_restarts,
+        "--health-timeout": args.health_timeout,
+        "--hang-timeout": args.hang_timeout,
+    }
     given = [flag for flag, value in named.items() if value is not None]
     if not args.restart:
         if given:
@@ -428,4 +439,6 @@ def _restart_policy(args: argparse.Namespace):
         policy = replace(policy, max_restarts=args.max_restarts)
     if args.health_timeout is not None:
         policy = replace(policy, health_timeout_s=args.health_timeout)
+    if args.hang_timeout is not None:
+        policy = replace(policy, hang_s=args.hang_timeout)
     return policy

@@ -11,10 +11,12 @@ exit status, which is what systemd, containers and llama-swap restart by themsel
   died, how long it had run), waits a backoff (1 s, doubling to 30 s), starts it again with
   the same command line (the same port: the old process is gone, and llama-server binds with
   SO_REUSEADDR), polls GET /health until 200 and logs the time it took to be healthy;
-- stops a (re)started server that is not healthy within the deadline and counts that as a
-  death; gives up, with one paragraph, at the death that follows `max_restarts` restarts in
-  a row, a row being deaths of servers that did not stay healthy for `stable_s` (a server
-  that dies that soon is not saved by restarting it).
+- stops a (re)started server that is not healthy within the deadline, and a healthy one that
+  stops answering GET /health for `hang_s` (hung: SIGSTOP, a deadlock), and counts that as a
+  death (SIGTERM, then SIGKILL after `grace_s`); a server asked to stop that is still there
+  `grace_s` after the signal is killed (SIGKILL); gives up, with one paragraph, at the death
+  that follows `max_restarts` restarts in a row, a row being deaths of servers that did not
+  stay healthy for `stable_s` (a server that dies that soon is not saved by restarting it).
 
 If llamaspec itself is killed, the kernel sends the server SIGTERM (PR_SET_PDEATHSIG on
 Linux), so no server is left holding the port with nobody to restart it. Nothing is written
@@ -30,6 +32,7 @@ import http.client
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -54,7 +57,9 @@ class Policy:
     backoff_max_s: float = 30.0
     stable_s: float = 60.0  # healthy this long: the next death starts a new row
     poll_s: float = 0.2  # GET /health every poll_s until 200
-    grace_s: float = 10.0  # SIGTERM to SIGKILL, for a server stopped for its health
+    grace_s: float = 10.0  # SIGTERM to SIGKILL: a server stopped for its health, or asked to
+    hang_s: float = 60.0  # once healthy, no answer to GET /health this long: hung, restarted
+    check_s: float = 5.0  # GET /health this often once healthy
 
 
 def backoff(policy: Policy, row: int) -> float:
@@ -173,10 +178,43 @@ class Supervisor:
             ) from None
 
     def _stopped(self, proc: subprocess.Popen) -> int:
-        """Asked to stop: the signal was forwarded; wait for the server and return its status."""
+        """Asked to stop: the signal was forwarded; wait for the server (SIGKILL after
+        `grace_s`: a hung server does not act on the signal) and return its status."""
+        deadline = time.monotonic() + self.policy.grace_s
         while proc.poll() is None:
+            if time.monotonic() > deadline:
+                self.say(
+                    f"llama-server (pid {proc.pid}) still running {self.policy.grace_s:g} s "
+                    "after the stop signal; killing it (SIGKILL)"
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                break
             self._sleep(self.policy.poll_s)
         return shell_status(proc.returncode)
+
+    def _reachable(self) -> None:
+        """Refuse at once an address this machine cannot reach at all (loopback down, no
+        address): every health check would fail, and each start would wait out its
+        deadline before being blamed."""
+        parts = urllib.parse.urlsplit(self.url)
+        host = parts.hostname or "127.0.0.1"
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as srv:
+                srv.bind((host, 0))
+                srv.listen(1)
+                with socket.create_connection(srv.getsockname()[:2], timeout=2):
+                    pass
+        except OSError as exc:
+            raise LlamaspecError(
+                f"serve --restart cannot reach {host} on this machine ({exc.strerror or exc}), "
+                "so it could never see the server answer GET /health. The loopback interface "
+                "is down or has no address, as in a fresh network namespace: bring it up "
+                "(`ip link set lo up`; `ip addr show lo` should list 127.0.0.1), or run where "
+                f"{host} is reachable. Nothing was started."
+            ) from None
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -197,6 +235,7 @@ class Supervisor:
 
     def _loop(self) -> int:
         p = self.policy
+        self._reachable()
         row = 0  # deaths since the server last stayed healthy for stable_s
         cause: str | None = None  # how the previous server ended (None: the first start)
         died_at = 0.0
@@ -206,13 +245,27 @@ class Supervisor:
             self.proc = proc = self._start()
             started = time.monotonic()
             healthy_at: float | None = None
-            timed_out = False
+            timed_out = hung = False
+            answered = checked = 0.0
             while proc.poll() is None:
                 if self.stop_signal is not None:
                     return self._stopped(proc)
                 now = time.monotonic()
+                if healthy_at is not None and now - checked >= p.check_s:
+                    checked = now
+                    if healthy(self.url, min(2.0, p.hang_s)):
+                        answered = now
+                    elif now - answered > p.hang_s:
+                        self.say(
+                            f"llama-server (pid {proc.pid}) has not answered GET /health for "
+                            f"{now - answered:.0f} s (hung); stopping it (SIGTERM, then "
+                            f"SIGKILL after {p.grace_s:g} s)"
+                        )
+                        hung = True
+                        procs.kill_group(proc, p.grace_s)
+                        break
                 if healthy_at is None and healthy(self.url, min(2.0, p.health_timeout_s)):
-                    healthy_at = time.monotonic()
+                    healthy_at = answered = checked = time.monotonic()
                     took = healthy_at - started
                     if cause is None:
                         self.say(f"llama-server (pid {proc.pid}) healthy in {took:.1f} s")
@@ -230,7 +283,7 @@ class Supervisor:
                     timed_out = True
                     procs.kill_group(proc, p.grace_s)
                     break
-                self._sleep(p.poll_s if healthy_at is None else max(p.poll_s, 1.0))
+                self._sleep(p.poll_s if healthy_at is None else min(max(p.poll_s, 1.0), p.check_s))
             if self.stop_signal is not None:
                 return self._stopped(proc)
             died_at = time.monotonic()
@@ -238,6 +291,8 @@ class Supervisor:
             stable = healthy_at is not None and died_at - healthy_at >= p.stable_s
             row = 1 if stable else row + 1
             cause = f"no health within {p.health_timeout_s:g} s" if timed_out else None
+            if hung:
+                cause = f"hung: no answer to GET /health for {p.hang_s:g} s"
             cause = cause or how_it_ended(proc.returncode)
             state = (
                 f"healthy after {healthy_at - started:.1f} s"
