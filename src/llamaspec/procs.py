@@ -6,19 +6,28 @@ it and everything it spawns share one process group; when the command times out,
 the user presses Ctrl-C, or when llamaspec gets SIGTERM/SIGHUP (after
 `install_signal_handlers`), the whole group is stopped — SIGTERM, then SIGKILL after a
 grace period — and the failure reaches the user as one paragraph, not a traceback.
+
+Servers (`spawn`) are started by one thread that lives as long as llamaspec, with Linux's
+parent-death signal: when llamaspec dies without a chance to clean up (SIGKILL, the OOM
+killer), the kernel sends each of them SIGTERM, so none is left holding its port and memory.
+The kernel counts the thread that started a child as its parent, so a server started from a
+short-lived worker thread would get the signal when that thread ends: hence the one thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from llamaspec.errors import LlamaspecError
@@ -46,6 +55,50 @@ def _on_signal(signum: int, frame: object) -> None:
         return
     _terminating = True
     raise Terminated(signum)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_prctl = _load_prctl()  # loaded here, in the parent: the child only calls it
+_spawner: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that made it, the thread)
+_spawner_lock = threading.Lock()
+
+
+def _spawning_thread() -> ThreadPoolExecutor:
+    """The one thread that starts servers, made on first use (again in a forked child)."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or _spawner[0] != os.getpid():
+            _spawner = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="spawner"))
+        return _spawner[1]
+
+
+def spawn(argv: Sequence[str], **popen: object) -> subprocess.Popen:
+    """`subprocess.Popen(argv, **popen)` for a server: started by the spawning thread with
+    the parent-death signal (SIGTERM; llama-server and rpc-server stop at once on it), so
+    it dies with llamaspec however llamaspec dies. Plain Popen where the system has none."""
+    prctl = _prctl
+    if prctl is None:
+        return subprocess.Popen(argv, **popen)  # type: ignore[call-overload]
+    parent = os.getpid()
+
+    def child() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # llamaspec died before the line above
+            os._exit(1)
+
+    start = _spawning_thread().submit(subprocess.Popen, argv, preexec_fn=child, **popen)
+    return start.result()
 
 
 def install_signal_handlers() -> None:

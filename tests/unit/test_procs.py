@@ -215,3 +215,56 @@ def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "survived True", proc.stderr
+
+
+SPAWNER = textwrap.dedent(
+    """
+    import sys, threading, time
+    from llamaspec import procs
+    pids = []
+    def start():  # a short-lived worker thread, as `load` starts its servers
+        pids.append(procs.spawn(["sleep", "60"], start_new_session=True).pid)
+    t = threading.Thread(target=start)
+    t.start()
+    t.join()  # the thread that asked is gone; the server must not go with it
+    print(pids[0], flush=True)
+    time.sleep(60)
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_spawned_server_outlives_its_thread_and_dies_with_llamaspec(tmp_path: Path) -> None:
+    """No orphans (issue 54): a server started from a worker thread that then ends keeps
+    running (the parent-death signal is tied to the spawning thread, which lives as long as
+    the process), and when the process is SIGKILLed the kernel stops it."""
+    src = Path(procs.__file__).resolve().parents[1]
+    parent = subprocess.Popen(
+        [sys.executable, "-c", SPAWNER],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(src)},
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        time.sleep(1.0)
+        assert _running(child), "the server died with the thread that started it"
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while _running(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(child), "the server outlived a SIGKILLed llamaspec"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _running(pid: int) -> bool:
+    """Running and not a zombie (a reaper may be slow to collect an orphan's status)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in "ZX"

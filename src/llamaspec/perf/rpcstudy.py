@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from llamaspec import config
+from llamaspec import config, procs
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import recipes
@@ -140,7 +140,7 @@ def rpc_host(
     endpoint = f"{hosts.server_addr}:{PORT}"
     opts = rpc.ServeOptions(host=hosts.server_addr, port=PORT, devices=("CPU",), threads=2)
     with log.open("w") as fh:
-        server = subprocess.Popen(
+        server = procs.spawn(
             [*hosts.exec_prefix(hosts.server), *rpc.serve_argv(artifact, opts)],
             stdout=fh,
             stderr=subprocess.STDOUT,

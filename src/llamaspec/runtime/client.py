@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from llamaspec import env as envvars
+from llamaspec import procs
 from llamaspec.errors import LlamaspecError, missing_extra
 from llamaspec.models.server_help import server_help
 from llamaspec.procs import kill_group
@@ -212,7 +213,7 @@ def running(
     argv = [*prefix, str(Path(server_bin).resolve()), *args, "--host", HOST, "--port", str(port)]
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as fh:
-        proc = subprocess.Popen(
+        proc = procs.spawn(  # dies with llamaspec, however llamaspec dies
             argv,
             stdout=fh,
             stderr=subprocess.STDOUT,

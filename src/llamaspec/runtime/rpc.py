@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamaspec import netaddr
+from llamaspec import netaddr, procs
 from llamaspec.engine.artifact import RPC_SERVER_NAMES, Artifact
 from llamaspec.errors import LlamaspecError
 
@@ -366,7 +366,7 @@ def local_server(
     argv = serve_argv(artifact, ServeOptions(host=host, port=port, devices=tuple(devices)))
     env = {k: v for k, v in os.environ.items() if k != "GGML_VK_VISIBLE_DEVICES"}
     out = log.open("w") if log else subprocess.DEVNULL
-    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    proc = procs.spawn(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 30
         while True:
