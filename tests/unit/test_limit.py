@@ -148,7 +148,7 @@ def _step(
     None) all rejected."""
     acc = _end(gamma, ratios, True, decode)
     rej = _end(gamma, ratios if rejected is None else rejected, False, decode)
-    step = limit.step_cost(gamma, acc, rej)
+    step = limit.step_cost(gamma, [acc], [rej])
     assert step is not None
     return step
 
@@ -182,8 +182,15 @@ def test_the_step_is_timed_between_two_plain_decodes_and_nothing_is_fitted() -> 
     assert limit.step_ratios([], 4) is None
     # a step whose run never drafted, at either end, is no measurement
     dry = (plain, [_sample(51, 5100.0)])
-    assert limit.step_cost(4, dry, (plain, rejected)) is None
-    assert limit.step_cost(4, (plain, full), dry) is None
+    assert limit.step_cost(4, [dry], [(plain, rejected)]) is None
+    assert limit.step_cost(4, [(plain, full)], [dry]) is None
+    # two server processes: every repetition pooled, each process's median kept, and how
+    # far apart they ran stated (the same flags started again are a source of noise)
+    two = ceiling.timed_runs([_end(4, (2.0, 2.2), True), _end(4, (1.8, 1.9), True)])
+    assert two is not None and two.ratios == pytest.approx((2.0, 2.2, 1.8, 1.9))
+    assert two.processes == pytest.approx((2.1, 1.85)) and two.low == pytest.approx(1.8)
+    assert two.process_spread == pytest.approx(0.25 / two.ratio)
+    assert ceiling.timed_runs([dry]) is None
 
 
 def test_the_perfect_engine_prices_each_step_of_the_run_at_the_measured_costs() -> None:

@@ -108,11 +108,21 @@ class Timed:
     ratio: float  # the median
     low: float  # the cheapest repetition
     high: float
+    processes: tuple[float, ...] = ()  # the median of each server process that timed it
 
     @property
     def spread(self) -> float:
-        """(high − low) ÷ median: the step's noise between repetitions."""
+        """(high − low) ÷ median: the step's noise between repetitions, in one server
+        process and across the processes that timed it."""
         return (self.high - self.low) / self.ratio if self.ratio > 0 else 0.0
+
+    @property
+    def process_spread(self) -> float:
+        """(highest − lowest process median) ÷ median: how far apart the same server,
+        started again, ran (0 with one process)."""
+        if len(self.processes) < 2 or self.ratio <= 0:
+            return 0.0
+        return (max(self.processes) - min(self.processes)) / self.ratio
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,11 @@ class StepCost:
     def spread(self) -> float:
         """The larger noise of the two ends."""
         return max(self.accepted.spread, self.rejected.spread)
+
+    @property
+    def process_spread(self) -> float:
+        """The larger spread between server processes of the two ends."""
+        return max(self.accepted.process_spread, self.rejected.process_spread)
 
 
 def timed(plain: Sequence[Sample], steps: Sequence[Sample]) -> Timed | None:
@@ -169,10 +184,32 @@ def timed(plain: Sequence[Sample], steps: Sequence[Sample]) -> Timed | None:
 Samples = tuple[Sequence[Sample], Sequence[Sample]]  # (plain, step) samples, taking turns
 
 
-def step_cost(length: int, accepted: Samples, rejected: Samples) -> StepCost | None:
-    """A length's step from its all-accepted and all-rejected samples, each with the plain
-    samples taken in turns with them (`timed`). None where either end had no drafted round."""
-    acc, rej = timed(*accepted), timed(*rejected)
+def timed_runs(runs: Sequence[Samples]) -> Timed | None:
+    """One end timed by several server processes (each its own `Samples`): every
+    repetition of every process pooled, each process's median kept. A process's speed is
+    part of the noise: the same flags started again can run a few percent apart."""
+    parts = [t for plain, steps in runs if (t := timed(plain, steps)) is not None]
+    if not parts:
+        return None
+    ratios = tuple(r for t in parts for r in t.ratios)
+    return Timed(
+        tuple(x for t in parts for x in t.step_ms),
+        tuple(x for t in parts for x in t.decode_ms),
+        ratios,
+        round(statistics.median(ratios), 4),
+        min(ratios),
+        max(ratios),
+        tuple(t.ratio for t in parts),
+    )
+
+
+def step_cost(
+    length: int, accepted: Sequence[Samples], rejected: Sequence[Samples]
+) -> StepCost | None:
+    """A length's step from its all-accepted and all-rejected samples, per server process,
+    each with the plain samples taken in turns with them (`timed_runs`). None where either
+    end had no drafted round."""
+    acc, rej = timed_runs(accepted), timed_runs(rejected)
     if acc is None or rej is None:
         return None
     return StepCost(length, acc, rej)

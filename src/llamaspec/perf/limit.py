@@ -79,9 +79,12 @@ DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.7, 0.8, 0.9, 0.95)
 DEFAULT_LENGTHS = (1, 2, 4, 8)
 DEFAULT_TOKENS = 64
 DEFAULT_REPETITIONS = 2
-# Repetitions of each end of each length's verification step (its spread is the noise the
-# report states).
-STEP_REPETITIONS = 3
+# Repetitions of each end of each length's verification step, in each of STEP_PROCESSES
+# server processes (their spread, within a process and between processes, is the noise the
+# report states): on this kind of machine the same flags started again ran a few percent
+# apart, which one process alone cannot show.
+STEP_REPETITIONS = 2
+STEP_PROCESSES = 2
 # Plain samples of one point further apart than this (fastest ÷ slowest): a stalled server.
 STALL = 1.5
 # The highest α a sweep takes: at 1 every draft is accepted and L is γ + 1 for any cost.
@@ -269,8 +272,13 @@ class LimitReport:
         """The spread the report states: of the step between repetitions, and of a
         point's per-repetition speedups against its median."""
         step = max((s.spread for s in self.steps), default=None)
+        procs = max((s.process_spread for s in self.steps), default=None)
         pts = [(p.speedup - p.speedup_low) / p.speedup for p in self.points if p.speedup > 0]
-        return {"step": rounded(step, 4), "speedup": rounded(max(pts, default=None), 4)}
+        return {
+            "step": rounded(step, 4),
+            "step_processes": rounded(procs, 4),
+            "speedup": rounded(max(pts, default=None), 4),
+        }
 
     def to_json(self) -> dict:
         return {
@@ -468,7 +476,7 @@ def sweep(
     steps: list[StepCost] = []
     # a point: plain and synthetic per repetition; a step: two ends of 2n + 1 samples each
     total = len(configs) * plan.repetitions * 2
-    total += len(lengths) * 2 * (2 * plan.step_repetitions + 1)
+    total += len(lengths) * 2 * STEP_PROCESSES * (2 * plan.step_repetitions + 1)
     # without a console, `say` gets a line per server and nothing else shows
     with (
         running(artifact.server, base, logs / "plain.log") as plain_srv,
@@ -499,8 +507,14 @@ def sweep(
                 args = [*base, *step_args]
                 commands[f"step {end}, γ={gamma}"] = bench.shown(args)
                 tick = ticker(f"γ={gamma}")
-                with running(artifact.server, args, logs / f"step-{tag}-g{gamma}.log") as srv:
-                    ends.append(_full_samples(plain_srv, srv, w, plan.step_repetitions, tick, end))
+                runs = []
+                for n in range(1, STEP_PROCESSES + 1):
+                    log = logs / f"step-{tag}-g{gamma}-{n}.log"
+                    with running(artifact.server, args, log) as srv:
+                        label = f"{end}, server {n}"
+                        reps = plan.step_repetitions
+                        runs.append(_full_samples(plain_srv, srv, w, reps, tick, label))
+                ends.append(runs)
                 load.append(reliability.load_now())
             if (cost := step_cost(gamma, *ends)) is not None:
                 steps.append(cost)

@@ -61,6 +61,13 @@ RECIPE_HEAD = (
 )
 
 
+def _processes(report: Mapping[str, Any]) -> int:
+    """How many server processes timed each end of a step (1 in reports before they were
+    counted)."""
+    steps = report.get("steps") or []
+    return max((len(s["accepted"].get("processes") or ()) for s in steps), default=0) or 1
+
+
 def _x(value: float | None, fmt: str = ".2f", unit: str = "") -> str:
     return "—" if value is None else f"{value:{fmt}}{unit}"
 
@@ -187,15 +194,18 @@ def markdown(report: Mapping[str, Any]) -> str:
         "step is timed on its own at its two ends: r_acc, a server whose every round drafts "
         "exactly γ tokens and accepts them all (γ + 1 tokens emitted), and r_rej, one whose "
         "every round drafts the same γ, verifies them in one batch and rejects them all (1 "
-        f"emitted); {plan['step_repetitions']} samples of each, each between two plain "
-        "samples and set against their mean decode. The server works per emitted token, so "
+        f"emitted); {plan['step_repetitions']} samples of each in each of "
+        f"{_processes(report)} server processes started in turn, each sample between two "
+        "plain samples and set against their mean decode. The server works per emitted token, so "
         "a round is priced linearly in what it accepted between the two ends; nothing is "
         "fitted. At full coverage the ceiling is L / (r_rej + (r_acc − r_rej)(L − 1) ÷ γ) "
         "with L = (1 − α^(γ+1)) / (1 − α), one pair of ratios per length",
         "- α per token: accepted ÷ drafted; α block mean: the α whose (1 − α^(γ+1)) / (1 − α) "
         "is the measured tokens per round",
         f"- noise: the step's ratios r_acc and r_rej spread by up to "
-        f"{_x(noise['step'], '.0%')} of their medians between repetitions, a point's lowest "
+        f"{_x(noise['step'], '.0%')} of their medians between repetitions (the same server "
+        "started again ran up to "
+        f"{_x(noise.get('step_processes'), '.0%')} away from itself), a point's lowest "
         "repetition lay up to "
         f"{_x(noise['speedup'], '.0%')} below its median speedup. A row is above its "
         "ceiling beyond noise only when its lowest repetition's speedup exceeds the ceiling "
