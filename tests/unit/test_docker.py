@@ -209,12 +209,16 @@ def test_buildx_cache_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
 def test_run_commands_for_both_tools(tmp_path: Path) -> None:
     argv = ["/opt/llamaspec/bin/llama-server", "--port", "8081"]
     mounts, env = [(tmp_path, "/models")], {"GGML_VK_VISIBLE_DEVICES": "0"}
-    assert tools.Docker("/d").run_argv("img:t", argv, mounts, env) == [
+    assert tools.Docker("/d").run_argv("img:t", argv, mounts, env, network=True) == [
         "/d", "run", "--rm", "-i", "--network", "host",
         "--entrypoint", "/opt/llamaspec/bin/llama-server",
         "-v", f"{tmp_path}:/models:ro", "-e", "GGML_VK_VISIBLE_DEVICES=0",
         "img:t", "--port", "8081",
     ]  # fmt: skip
+    # a check that needs no network gets none where the tool can isolate it (issue 54)
+    check = tools.Docker("/d").run_argv("img:t", ["getconf", "GNU_LIBC_VERSION"])
+    assert check[check.index("--network") + 1] == "none"
+    assert "--network" not in tools.Buildah("/b").run_argv("ctr", ["true"])  # chroot: host only
     assert tools.Buildah("/b").run_argv("ctr", argv, mounts, env) == [
         "/b", "run", "--isolation", "chroot",
         "-v", f"{tmp_path}:/models:ro", "--env", "GGML_VK_VISIBLE_DEVICES=0",

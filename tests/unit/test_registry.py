@@ -520,7 +520,7 @@ def test_build_image_of_an_artifact_keeps_no_layers(tmp_path: Path) -> None:
         def working_container(self, ref):
             yield "ctr"
 
-        def run_argv(self, ctr, argv, mounts=(), env=None):
+        def run_argv(self, ctr, argv, mounts=(), env=None, network=False):
             return ["true"]  # llama-server --version runs in the base
 
         def build_argv(self, dockerfile, context, target, args, settings=None, **kw):

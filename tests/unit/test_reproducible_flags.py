@@ -259,7 +259,7 @@ class _LocalTool:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def run_argv(self, ctr: str, argv: list[str], mounts=(), env=None) -> list[str]:
+    def run_argv(self, ctr: str, argv: list[str], mounts=(), env=None, network=False) -> list[str]:
         return [a.replace(smoke.ROOT, str(self.root)) for a in argv]
 
 

@@ -34,8 +34,12 @@ def server_shim(
 ) -> Path:
     """An executable `bin/llama-server` that runs the image's server with the models mounted
     at /models, so the smoke code drives the image exactly as it drives a local build."""
-    argv = tool.run_argv(
-        ctr, ["/opt/llamaspec/bin/llama-server"], [(model_dir, images.CONTAINER_MODELS)], env
+    argv = tool.run_argv(  # the host talks to this server: the host's network
+        ctr,
+        ["/opt/llamaspec/bin/llama-server"],
+        [(model_dir, images.CONTAINER_MODELS)],
+        env,
+        network=True,
     )
     shim = where / "bin" / "llama-server"
     shim.parent.mkdir(parents=True, exist_ok=True)
@@ -113,7 +117,7 @@ def check_files(
 def healthcheck(tool: ContainerTool, ctr: str, port: int) -> bool:
     """Whether the image's HEALTHCHECK script calls the server on `port` healthy."""
     argv = ["env", f"{envvars.PORT.name}={port}", "/opt/llamaspec/bin/healthcheck.sh"]
-    return attempt(tool.run_argv(ctr, argv), HEALTHCHECK_S).returncode == 0
+    return attempt(tool.run_argv(ctr, argv, network=True), HEALTHCHECK_S).returncode == 0
 
 
 def smoke_image(

@@ -86,6 +86,7 @@ class ContainerTool(Protocol):
         argv: Sequence[str],
         mounts: Sequence[Volume] = (),
         env: Mapping[str, str] | None = None,
+        network: bool = False,
     ) -> list[str]: ...
 
     def working_container(self, ref: str) -> AbstractContextManager[str]: ...
@@ -183,8 +184,11 @@ class _Common:
         argv: Sequence[str],
         mounts: Sequence[Volume] = (),
         env: Mapping[str, str] | None = None,
+        network: bool = False,
     ) -> list[str]:
-        cmd = self._run_head(argv)
+        """`argv` in a container of `ctr`; with the host's network only where `network` (a
+        server the host talks to), else none where the tool can isolate it."""
+        cmd = self._run_head(argv, network)
         for host, inside in mounts:
             cmd += ["-v", f"{host}:{inside}:ro"]
         for key, value in (env or {}).items():
@@ -197,7 +201,7 @@ class _Common:
     def _build_tail(self, output: Path | None, push: bool) -> list[str]:
         raise NotImplementedError
 
-    def _run_head(self, argv: Sequence[str]) -> list[str]:
+    def _run_head(self, argv: Sequence[str], network: bool) -> list[str]:
         raise NotImplementedError
 
     def _run_tail(self, ctr: str, argv: Sequence[str]) -> list[str]:
@@ -250,8 +254,9 @@ class Docker(_Common):
     def _build_tail(self, output: Path | None, push: bool) -> list[str]:
         return [] if output is not None else ["--push" if push else "--load"]
 
-    def _run_head(self, argv: Sequence[str]) -> list[str]:
-        return [self.path, "run", "--rm", "-i", "--network", "host", "--entrypoint", argv[0]]
+    def _run_head(self, argv: Sequence[str], network: bool) -> list[str]:
+        net = "host" if network else "none"
+        return [self.path, "run", "--rm", "-i", "--network", net, "--entrypoint", argv[0]]
 
     def _run_tail(self, ctr: str, argv: Sequence[str]) -> list[str]:
         return [ctr, *argv[1:]]
@@ -333,7 +338,9 @@ class Buildah(_Common):
     def _build_tail(self, output: Path | None, push: bool) -> list[str]:
         return []  # buildah builds into local storage; `push_built` pushes afterwards
 
-    def _run_head(self, argv: Sequence[str]) -> list[str]:
+    def _run_head(self, argv: Sequence[str], network: bool) -> list[str]:
+        # chroot isolation shares the host's network and can take no other ("cannot set
+        # --network other than host with --isolation chroot"): a check runs with it
         return [self.path, "run", "--isolation", "chroot"]
 
     def _run_tail(self, ctr: str, argv: Sequence[str]) -> list[str]:
