@@ -424,3 +424,20 @@ def test_the_thin_cli_check_flags_a_dispatch_chain(tmp_path: Path) -> None:
     assert long_modules(package) == {}
     (package / "images" / "build.py").write_text("x = 1\n" * (MAX_LINES + 1))
     assert long_modules(package) == {"images/build.py": MAX_LINES + 1}
+
+
+def test_no_floor_compares_backend_names_outside_the_backend_interface() -> None:
+    """Issue 55: what a backend is lives in `engine/backends.py` (`Backend`); the rest of
+    the package asks its fields instead of comparing `"cuda"`, `"vulkan"` or `"cpu"`."""
+    import re
+
+    compare = re.compile(
+        r"""[!=]=\s*["'](?:cpu|cuda|vulkan)["']|["'](?:cpu|cuda|vulkan)["']\s*[!=]="""
+    )
+    found = [
+        f"{p.relative_to(PACKAGE)}: {m[0]}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.relative_to(PACKAGE).as_posix() != "engine/backends.py"
+        for m in compare.finditer(p.read_text())
+    ]
+    assert not found, found

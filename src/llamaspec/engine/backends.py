@@ -1,14 +1,75 @@
-"""Backends: which ones exist, their GPU-arch choice, and defines that contradict them."""
+"""Backends: which ones exist and what each one is, in one place (`Backend`: where the weights
+live, whether the CUDA toolkit builds it, what its images and containers need), their
+GPU-arch choice, and defines that contradict them. Other floors ask a `Backend`'s fields;
+they do not compare backend names."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from llamaspec.engine.profiles import Define, cmake_bool
 from llamaspec.errors import LlamaspecError, choose
 
-BACKENDS = ("cpu", "cuda", "vulkan")
+
+@dataclass(frozen=True)
+class Backend:
+    """What llamaspec knows about one backend."""
+
+    name: str
+    # the weights live on a device, not in host memory: there is something to offload to,
+    # and host memory bandwidth does not bound decoding
+    gpu: bool
+    # built with the CUDA toolkit: `--cuda-arch` and `--cuda-toolkit` apply, a toolkit is
+    # resolved before the build, the build writes a CUDA report, a pull checks the NVIDIA
+    # host, and image tags carry the toolkit's major (`cuda13`)
+    cuda: bool = False
+    # F32 decoding is batch-invariant here (established on the CPU backend only): the
+    # smoke's F32 comparison gates the build
+    batch_invariant_f32: bool = False
+    # compiles its shader pipelines on first use (minutes on a software device): the smoke
+    # asks for fewer tokens, and an image's server sees device 0 only
+    compiles_pipelines: bool = False
+    container_env: tuple[tuple[str, str], ...] = ()  # a container of its image needs these
+    compose_service: Mapping[str, object] = field(default_factory=dict)  # compose additions
+
+    def tag_name(self, cuda_major: str | int | None = None) -> str:
+        """The backend as image tags spell it: `cuda13` for a CUDA build of toolkit 13."""
+        return f"cuda{cuda_major}" if self.cuda and cuda_major else self.name
+
+
+CPU = Backend("cpu", gpu=False, batch_invariant_f32=True)
+CUDA = Backend(
+    "cuda",
+    gpu=True,
+    cuda=True,
+    compose_service={
+        "deploy": {
+            "resources": {
+                "reservations": {
+                    "devices": [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+                }
+            }
+        }
+    },
+)
+VULKAN = Backend(
+    "vulkan",
+    gpu=True,
+    compiles_pipelines=True,
+    container_env=(("GGML_VK_VISIBLE_DEVICES", "0"),),
+    compose_service={"devices": ["/dev/dri:/dev/dri"]},
+)
+BY_NAME: Mapping[str, Backend] = {b.name: b for b in (CPU, CUDA, VULKAN)}
+BACKENDS = tuple(BY_NAME)
+
+
+def backend(name: str | None) -> Backend:
+    """The backend called `name` (None: the CPU, as an artifact without one records);
+    an unknown name is one paragraph."""
+    return BY_NAME[check_backend(name or "cpu")]
+
 
 # CMake switches that turn a ggml backend on, and the llamaspec backend that owns them.
 SWITCHES = {

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from llamaspec import __version__, procs, progress
 from llamaspec.config import Engine
-from llamaspec.engine import gitutil
+from llamaspec.engine import backends, gitutil
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.artifact import RPC_SERVER_NAMES, Artifact, load_artifact
@@ -147,7 +147,7 @@ def build(
         "patches": [asdict(p) for p in patched.patches],
         "backend": backend,
         "variants": list(variants),
-        "cuda_archs": archs if backend == "cuda" else None,
+        "cuda_archs": archs if backends.backend(backend).cuda else None,
         "defines": [_recorded(d, plan) for d in plan.defines],
         **(manifest_extra or {}),
         "toolchain": {

@@ -47,11 +47,11 @@ def doctor(
         path = sources.fetch(engine, None, spec.source, spec.source_dir, console.print).path
     failed = []
     for backend in named or list(backends.BACKENDS):
-        cuda_arch = spec.cuda_arch if backend == "cuda" else None
+        cuda_arch = spec.cuda_arch if backends.backend(backend).cuda else None
         one = replace(spec, engine=engine.name, backend=backend, cuda_arch=cuda_arch)
         opts = resolve_options(one, engine.name)
         toolkit, note = None, ""
-        if backend == "cuda":
+        if backends.backend(backend).cuda:
             try:
                 toolkit = resolve_toolkit(spec.cuda_toolkit, project_root(), console.print, False)
             except NotAssembled as exc:

@@ -118,7 +118,7 @@ def prepare(
     tools = toolchain.detect()
     say = console.print
     toolkit = None
-    if backend == "cuda":
+    if backends.backend(backend).cuda:
         project = root or _root()
         cuda_choice.check_archs_before_download(spec.cuda_toolkit, resolved.archs, project)
         toolkit = cuda_choice.resolve(spec.cuda_toolkit, project, say)
@@ -173,7 +173,7 @@ def _run_build(
         runtime_lib_dir=p.toolkit.lib_dir if p.toolkit else None,
     )
     console.print(f"artifact: {artifact.id} → {artifact.path}")
-    if p.backend == "cuda":
+    if backends.backend(p.backend).cuda:
         report = build_report.cuda_report(artifact)
         console.print(f"build: CUDA build report in {report}")
     return artifact

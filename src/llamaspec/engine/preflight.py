@@ -128,7 +128,8 @@ def common_checks(tools: Toolchain, backend: str, tree: Path | None) -> list[Che
     have = _version(tools.cmake_version)
     need = cmake_minimum(tree, backend) if tree else ()
     why = ""
-    if backend == "cuda" and tree is not None and cuda_cxx20(tree) and need < CUDA20_CMAKE:
+    cuda = backends.backend(backend).cuda
+    if cuda and tree is not None and cuda_cxx20(tree) and need < CUDA20_CMAKE:
         need, why = CUDA20_CMAKE, ": it compiles CUDA as C++20"
     ok = not need or have >= need
     checks = [
@@ -460,13 +461,13 @@ def run(
     """Every check for `backend`; tree-dependent checks only when `tree` is given.
 
     CUDA: `toolkit` is the resolved toolkit (its defines go to the build)."""
-    backends.check_backend(backend)
+    b = backends.backend(backend)
     checks = common_checks(tools, backend, tree)
     extra: list[Define] = []
-    if backend == "cuda":
+    if b.cuda:
         checks += cuda_checks(cuda_archs, toolkit, doctor_note)
         extra += toolkit.defines() if toolkit else []
-    elif backend == "vulkan":
+    elif b.compiles_pipelines:  # Vulkan: its SDK, glslc and headers
         vk, extra = vulkan_checks(tree, defines)
         checks += vk
     elif cuda_archs is not None:

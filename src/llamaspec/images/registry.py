@@ -3,6 +3,7 @@ match), how to run it with a recipe, and pushing built tags."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from rich.console import Console
 
 from llamaspec import env
 from llamaspec.config import Engine, load_engines
+from llamaspec.engine import backends
 from llamaspec.engine.cuda.host import DRIVER_MIN, nvidia_smi
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.images import remote
@@ -302,11 +304,7 @@ def compose(
             for host, inside in mounts
         ],
     }
-    if backend == "cuda":
-        gpu = {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}
-        service["deploy"] = {"resources": {"reservations": {"devices": [gpu]}}}
-    elif backend == "vulkan":
-        service["devices"] = ["/dev/dri:/dev/dri"]
+    service.update(copy.deepcopy(dict(backends.backend(backend).compose_service)))
     head = (
         f"# llamaspec recipe {name}: `docker compose up`. The port is published on 127.0.0.1\n"
         "# only: llama-server has no authentication unless given --api-key.\n"
@@ -354,7 +352,7 @@ def pull_target(
         host = detect_host()
         backend = host.backend
         console.print(f"docker-pull: this host → {backend} ({host.reason})")
-    cuda = cuda_host() if backend == "cuda" else None
+    cuda = cuda_host() if backends.backend(backend).cuda else None
     if cuda:
         console.print(
             f"docker-pull: NVIDIA driver {cuda.driver}, GPU sm_{cuda.capability} → "

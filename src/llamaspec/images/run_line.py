@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llamaspec.engine import backends
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import project_root
 
@@ -85,9 +86,7 @@ def docker_line(
     cmd, artifact = render(opts, recipe, inside["target"], inside.get("draft"), console)
     backend = opts.backend or (artifact.manifest.get("backend") if artifact else "cpu")
     engine = artifact.manifest["engine"] if artifact else (opts.engine or "llama.cpp")
-    tag = images.rolling_tag(
-        engine, f"cuda{registry.CUDA_MAJORS[0]}" if backend == "cuda" else backend
-    )
+    tag = images.rolling_tag(engine, backends.backend(backend).tag_name(registry.CUDA_MAJORS[0]))
     image = image or images.image_ref(registry.configured_registry(None)[0], tag)
     if fmt == "compose":
         return registry.compose(recipe.name, image, backend, cmd.argv, mounts, opts.port)

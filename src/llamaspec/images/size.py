@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from llamaspec.engine import backends
 from llamaspec.images import specs
 from llamaspec.images.tools import ContainerTool, call, detect
 
@@ -33,7 +34,7 @@ def size_report(
     opt_bytes = int(du.split()[0])
     added, base_size = tool.added_bytes(ref, base)
     total = added + base_size
-    cpu = manifest["backend"] == "cpu"
+    cpu = not backends.backend(manifest["backend"]).gpu
     seconds = (record or {}).get("seconds") or {}
     report = {
         "image": ref,

@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from llamaspec import env as envvars
+from llamaspec.engine import backends
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.artifact import Artifact, load_artifact
 from llamaspec.errors import LlamaspecError
@@ -157,7 +158,7 @@ def smoke_image(
                 + (f"; identical to the host build {host['artifact']}" if host else "")
             )
         # without a GPU, ggml-vulkan uses a CPU device (lavapipe) only when asked to
-        env = {"GGML_VK_VISIBLE_DEVICES": "0"} if manifest["backend"] == "vulkan" else None
+        env = dict(backends.backend(manifest["backend"]).container_env) or None
         server = server_shim(tool, ctr, model.parent, Path(tmp), env)
         artifact = Artifact(manifest["artifact_id"], server.parent.parent, manifest, True)
         out = reports / f"docker-smoke-{manifest['artifact_id']}"

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from llamaspec.config import Engine, PatchEntry
+from llamaspec.engine import backends
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.images.remote import check_registry
 
@@ -185,8 +186,8 @@ def cuda_major(manifest: Mapping) -> int | None:
 def tag_backend(backend: str, manifest: Mapping) -> str:
     """The backend as tags spell it: `cuda13` for a CUDA 13 build (a host picks the tag its
     driver runs), else the backend's name."""
-    major = cuda_major(manifest) if backend == "cuda" else None
-    return f"cuda{major}" if major else backend
+    b = backends.backend(backend)
+    return b.tag_name(cuda_major(manifest) if b.cuda else None)
 
 
 def build_labels(manifest: Mapping) -> dict[str, str]:

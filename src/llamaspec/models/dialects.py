@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from llamaspec import config
+from llamaspec.engine import backends
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models.server_help import (
@@ -279,7 +280,7 @@ def can_offload(backend: str, variants: Sequence[str] | None, rpc: Sequence[str]
     """Whether a build has anything to offload to: a GPU backend, or RPC. Where the build's
     variants are unknown (no artifact), servers named in `rpc` stand for the rpc variant."""
     has_rpc = "rpc" in variants if variants is not None else bool(rpc)
-    return backend != "cpu" or has_rpc
+    return backends.backend(backend).gpu or has_rpc
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from llamaspec.engine import toolchain
+from llamaspec.engine import backends, toolchain
 from llamaspec.engine.artifact import Artifact
 from llamaspec.models import dialects
 from llamaspec.models.server_help import help_flags, is_number
@@ -441,7 +441,7 @@ def bench(
         )
         cells.append(replace(cell, summary=summary))
     # host memory bounds plain decoding only where the weights live in it: the CPU backend
-    on_host = artifact.manifest.get("backend") == "cpu"
+    on_host = not backends.backend(artifact.manifest.get("backend")).gpu
     bandwidth = costmodel.memory_bandwidth() if cost_model and on_host else 0.0
     model_bytes = _model_bytes(p.target)
     host_load = reliability.HostLoad(

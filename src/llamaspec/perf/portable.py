@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from llamaspec.engine import backends
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
@@ -173,7 +174,7 @@ def bench_portable(
     Gemma 3 270M); writes the report, returns it."""
     model = model or embedded_model(console.print)
     for role, art, want in (("--artifact", portable, False), ("--native", native, True)):
-        if art.manifest.get("backend") != "cpu":
+        if backends.backend(art.manifest.get("backend")).gpu:
             raise LlamaspecError(f"{role} {art.id} is a {art.manifest.get('backend')} build; "
                                  "bench-portable compares two CPU builds.")  # fmt: skip
         native_build = _is_native(art)

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llamaspec import env
+from llamaspec.engine import backends
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
@@ -303,7 +304,7 @@ def smoke(
     spec = list(spec_args) if spec_args is not None else dialects.spec_args(dialect, settings)
     help_text = server_help(artifact.server)
     check_help(spec, help_text, str(artifact.server))
-    strict_gates = artifact.manifest.get("backend", "cpu") == "cpu"
+    strict_gates = backends.backend(artifact.manifest.get("backend")).batch_invariant_f32
     logs = out_dir / "logs"
     sp_args = [*base_args(model), *spec, *metrics.flag(spec, help_flags(help_text))]
     with running(artifact.server, base_args(model), logs / "reference.log") as ref_srv:
@@ -540,7 +541,7 @@ def smoke_artifact(
         console.print(f"smoke: speculation arguments given: {' '.join(spec_args)}")
     prompts, strict_n, skipped = SMOKE_PROMPTS, None, None
     n_max, chat_tokens = 8, CHAT_TOKENS
-    if artifact.manifest.get("backend") == "vulkan":
+    if backends.backend(artifact.manifest.get("backend")).compiles_pipelines:
         prompts = tuple(replace(p, n_predict=VULKAN_N_PREDICT) for p in prompts)
         strict_n = VULKAN_N_PREDICT
         for name, value, why in VULKAN_SMOKE_ENV:

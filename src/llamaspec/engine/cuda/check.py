@@ -18,8 +18,8 @@ from pathlib import Path
 from rich.console import Console
 
 from llamaspec import procs
+from llamaspec.engine import backends, pipeline
 from llamaspec.engine import build as build_stage
-from llamaspec.engine import pipeline
 from llamaspec.engine import profiles as flags
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import cache_dir
@@ -93,7 +93,7 @@ def object_targets(build_dir: Path, tree: Path, sources: list[str]) -> dict[str,
 
 def run(spec: pipeline.BuildSpec, console: Console, root: Path | None = None) -> dict:
     """Configure for CUDA and compile KERNELS[engine]; a record with per-object seconds."""
-    if spec.backend != "cuda":
+    if not backends.backend(spec.backend).cuda:
         raise LlamaspecError("The CUDA compile check is for --backend cuda.")
     p = pipeline.prepare(spec, console, root)
     declared = flags.tree_options(p.patched.path)
