@@ -34,79 +34,11 @@ def smoke(session: nox.Session) -> None:
     session.run("llamaspec", "smoke", *session.posargs)
 
 
-# What the unit tier may find on PATH besides the session's Python: git and a POSIX userland
-# (CONTRIBUTING.md), no compiler, container tool, emulator or network tool.
-UNIT_PATH_TOOLS = [
-    "git",
-    "sh",
-    "bash",
-    "env",
-    "cat",
-    "cp",
-    "mv",
-    "rm",
-    "mkdir",
-    "rmdir",
-    "ls",
-    "ln",
-    "chmod",
-    "touch",
-    "head",
-    "tail",
-    "sleep",
-    "kill",
-    "true",
-    "false",
-    "echo",
-    "printf",
-    "test",
-    "dirname",
-    "basename",
-    "readlink",
-    "realpath",
-    "id",
-    "uname",
-    "date",
-    "wc",
-    "sort",
-    "tr",
-    "cut",
-    "grep",
-    "sed",
-    "awk",
-    "find",
-    "xargs",
-    "tee",
-    "mktemp",
-    "stat",
-    "du",
-    "tar",
-    "gzip",
-]
-
-
-def _unit_path(session: nox.Session) -> str:
-    """A PATH of the session's bin/ and a folder linking UNIT_PATH_TOOLS, nothing else."""
-    import shutil
-    import tempfile
-
-    tools = Path(tempfile.mkdtemp(prefix="unit-path-"))
-    for name in UNIT_PATH_TOOLS:
-        if found := shutil.which(name):
-            (tools / name).symlink_to(found)
-    return f"{session.bin}:{tools}"
-
-
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The unit tier with only Python, git and a POSIX userland on PATH, then the integration
-    tier (real cmake builds, servers, images); `-- ARGS` runs pytest with ARGS instead."""
+    """Unit and integration tests (integration builds a real llama-server)."""
     _install(session, "test")
-    if session.posargs:
-        session.run("pytest", *session.posargs)
-        return
-    session.run("pytest", "tests/unit", env={"PATH": _unit_path(session)})
-    session.run("pytest", "tests/integration")
+    session.run("pytest", *(session.posargs or ["tests"]))
 
 
 @nox.session

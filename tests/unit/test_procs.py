@@ -217,7 +217,7 @@ def test_an_ignored_sighup_stays_ignored(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == "survived True", proc.stderr
 
 
-SPAWNER = textwrap.dedent(
+THREAD_SPAWNER = textwrap.dedent(
     """
     import sys, threading, time
     from llamaspec import procs
@@ -240,7 +240,7 @@ def test_a_spawned_server_outlives_its_thread_and_dies_with_llamaspec(tmp_path: 
     the process), and when the process is SIGKILLed the kernel stops it."""
     src = Path(procs.__file__).resolve().parents[1]
     parent = subprocess.Popen(
-        [sys.executable, "-c", SPAWNER],
+        [sys.executable, "-c", THREAD_SPAWNER],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(src)},

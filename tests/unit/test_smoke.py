@@ -6,7 +6,7 @@ from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
-from llamaspec.proof import smoke, verify_report
+from llamaspec.proof import smoke, software, verify_report
 from llamaspec.proof.smoke import Completion
 
 pytestmark = pytest.mark.unit
@@ -135,7 +135,7 @@ def test_device_lines_name_software_devices() -> None:
     lavapipe = "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (24105 MiB, 23146 MiB free)\n"
     nvidia = "  Vulkan1: NVIDIA GeForce RTX 4090 (24564 MiB, 23000 MiB free)\n"
     head = "Available devices:\n"
-    assert smoke.only_software(head + lavapipe) == "llvmpipe (LLVM 15.0.6, 256 bits)"
-    assert smoke.only_software(head + lavapipe + nvidia) is None  # a real GPU is there too
-    assert smoke.only_software(head + nvidia) is None
-    assert smoke.only_software(head) is None  # no devices listed: nothing to skip for
+    assert software.only_software(head + lavapipe) == "llvmpipe (LLVM 15.0.6, 256 bits)"
+    assert software.only_software(head + lavapipe + nvidia) is None  # a real GPU is there too
+    assert software.only_software(head + nvidia) is None
+    assert software.only_software(head) is None  # no devices listed: nothing to skip for

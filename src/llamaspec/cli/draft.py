@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from llamaspec.cli import shared
 from llamaspec.errors import LlamaspecError
+from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -66,6 +67,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     shared.add_reports(m)
     shared.add_artifact_args(m)
+    m.set_defaults(reports=None, dist=None)  # given or not: they go with --measure only
     f.set_defaults(handler=cmd_draft_find)
 
 
@@ -82,8 +84,8 @@ def cmd_draft_find(args: argparse.Namespace, console: Console) -> None:
         memory_gb=args.memory,
         ctx=args.ctx or 4096,
         top=args.top or 2,
-        reports=args.reports,
-        dist=args.dist,
+        reports=args.reports or default_out("reports"),
+        dist=args.dist or default_out("dist"),
         artifact_id=args.artifact,
     )
     if path is not None:

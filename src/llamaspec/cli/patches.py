@@ -143,6 +143,7 @@ def _bump_parser(sub: argparse._SubParsersAction) -> None:
         "--dry-run", action="store_true", help="judge and write the report; change no other file"
     )
     shared.add_reports(p)
+    p.set_defaults(reports=None)  # not given: reports/ in the project, wherever bump runs
     options.add(p, "patch_source", "dist", "jobs")
     p.set_defaults(handler=cmd_bump)
 

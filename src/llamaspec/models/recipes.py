@@ -23,13 +23,13 @@ from llamaspec import config
 from llamaspec.config import ModelsFile, Recipe
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
-from llamaspec.models import compat, dialects, heads
+from llamaspec.models import compat, dialects, heads, help_check
 from llamaspec.paths import project_root
 
 # The spellings, the check against a binary's --help and the command type live in the
 # dialect module.
 ServerCommand = dialects.ServerCommand
-check_against_help = dialects.check_against_help
+check_against_help = help_check.check_against_help
 CAPABILITIES = {name: d.types for name, d in dialects.DIALECTS.items()}
 
 
@@ -187,9 +187,9 @@ def draft_without_type(
 def check_spec_types(cmd: ServerCommand, recipe: Recipe, help_text: str, build: str) -> None:
     """Refuse a rendered recipe whose spec types the binary's own `--help` does not list
     (`--spec-type` values): on that build the recipe could not draft as written."""
-    lacking, choices = dialects.spec_types_lacking(cmd, help_text)
+    lacking, choices = help_check.spec_types_lacking(cmd, help_text)
     if lacking:
-        raise dialects.spec_type_refusal(
+        raise help_check.spec_type_refusal(
             cmd.dialect,
             lacking,
             choices,

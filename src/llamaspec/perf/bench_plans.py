@@ -20,7 +20,7 @@ from llamaspec import config
 from llamaspec import lock as lockfile
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, did_you_mean
-from llamaspec.models import catalog, dialects, recipes, server_help
+from llamaspec.models import catalog, dialects, help_check, recipes, server_help
 from llamaspec.paths import project_root
 from llamaspec.perf import bench
 from llamaspec.perf.bench import BenchPlan
@@ -131,7 +131,7 @@ def recipe_plan(
             "build a pin that has it."
         )
     cmd = recipes.render_for(recipe, artifact, dialect, target, draft)
-    dialects.check_against_help(cmd, help_text, f"{artifact.id}/llama-server")
+    help_check.check_against_help(cmd, help_text, f"{artifact.id}/llama-server")
     spec = recipe.for_engine(engine).spec
     # n-gram drafts run to their engine's own defaults (upstream: ngram-mod 64, maps 48)
     ngram_default = 64 if any(t.startswith("ngram") for t in spec.types) else 0

@@ -16,7 +16,6 @@ requests: a loaded draft or MTP head that drafted nothing fails the smoke with i
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -36,6 +35,7 @@ from llamaspec.models.server_help import check_help, help_flags
 from llamaspec.proof import verify
 from llamaspec.proof.defects import defects_for, known_defect
 from llamaspec.proof.prompts import CODE, PROSE
+from llamaspec.proof.software import software_device
 from llamaspec.proof.verify_report import Case
 from llamaspec.runtime import metrics, specgate
 from llamaspec.runtime.client import (
@@ -562,7 +562,7 @@ def smoke_artifact(
             skipped = (
                 f"the only device is a software one ({device}), where the F32 comparison "
                 f"reports and does not gate, and costs minutes of shader compiles; set "
-                f"{STRICT_ON_SOFTWARE}=1 to run it"
+                f"{env.SMOKE_STRICT_ON_SOFTWARE.name}=1 to run it"
             )
     ref = None if skipped else reference_copy(model, EMBEDDED_SHA256, console.print)
     dialect = dialect_for(artifact, console.print, root)
@@ -581,29 +581,3 @@ def smoke_artifact(
         chat_tokens=chat_tokens,
         spec_args=spec_args,
     )
-
-
-# Software Vulkan devices: Mesa's lavapipe (listed as llvmpipe) and Google's SwiftShader.
-SOFTWARE_DEVICE = re.compile(r"llvmpipe|lavapipe|swiftshader", re.IGNORECASE)
-STRICT_ON_SOFTWARE = env.SMOKE_STRICT_ON_SOFTWARE.name
-
-
-def software_device(artifact: Artifact) -> str | None:
-    """The device name when every device the server sees is a software one, else None."""
-    from llamaspec.runtime.client import list_devices
-
-    printed = list_devices(artifact.server, timeout=300)
-    return None if printed is None else only_software(printed)
-
-
-def only_software(listing: str) -> str | None:
-    """The first device of a `--list-devices` listing when all of them are software ones."""
-    devices = [MEMORY.sub("", m.group(1)).strip() for m in DEVICE_LINE.finditer(listing)]
-    if devices and all(SOFTWARE_DEVICE.search(d) for d in devices):
-        return devices[0]
-    return None
-
-
-# `--list-devices` prints one `  Vulkan0: <name> (<memory>)` line per device.
-DEVICE_LINE = re.compile(r"^\s*\w+\d+:\s*(.+)$", re.MULTILINE)
-MEMORY = re.compile(r"\s*\(\d+ MiB[^)]*\)\s*$")
