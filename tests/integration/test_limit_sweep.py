@@ -37,7 +37,7 @@ def test_a_short_sweep_times_both_ends_in_two_processes_and_prices_each_point(
     points = {p["alpha"]: p for p in rep["points"]}
     assert set(points) == {0.0, 0.9}
     assert points[0.0]["alpha_per_token"] == 0.0  # every draft rejected
-    assert 0.5 < points[0.9]["alpha_per_token"] < 1.0  # most accepted, by coin flip
+    assert points[0.9]["alpha_per_token"] > 0.5  # most accepted (by coin flip: maybe all)
     for p in points.values():
         assert p["ceiling"] and p["ceiling_high"] >= p["ceiling"] * 0.99, p
         assert p["above"] == (p["speedup_low"] > p["ceiling_high"]), p
