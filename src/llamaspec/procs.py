@@ -377,14 +377,19 @@ def popen(
 
 
 def alive(pid: int) -> bool:
-    """Whether a process with this id runs (one of another user's counts as running)."""
+    """Whether a process with this id runs (one of another user's counts as running; a
+    zombie, dead but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # Linux: the state after the command name; Z (zombie) and X (dead) are gone
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def remove_stale(parent: Path, pattern: str) -> None:

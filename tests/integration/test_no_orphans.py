@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from llamaspec import procs
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,14 +34,6 @@ def _servers_of(pid: int) -> list[tuple[int, int]]:
         if ppid == str(pid) and argv and argv[0].endswith(b"llama-server") and b"--port" in argv:
             found.append((int(d.name), int(argv[argv.index(b"--port") + 1])))
     return found
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in "ZX"
 
 
 def _port_free(port: int) -> bool:
@@ -70,17 +64,17 @@ def test_a_sigkilled_llamaspec_leaves_no_server_behind(upstream_artifact, tmp_pa
             servers = _servers_of(proc.pid)
         assert servers, "load started no llama-server within 2 minutes"
         time.sleep(1.0)  # serving: the thread that started it may be long gone
-        assert all(_running(pid) for pid, _ in servers), "a server died before the kill"
+        assert all(procs.alive(pid) for pid, _ in servers), "a server died before the kill"
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 10
-        while any(_running(pid) for pid, _ in servers) and time.monotonic() < deadline:
+        while any(procs.alive(pid) for pid, _ in servers) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not [pid for pid, _ in servers if _running(pid)], "a server outlived llamaspec"
+        assert not [pid for pid, _ in servers if procs.alive(pid)], "a server outlived llamaspec"
         assert all(_port_free(port) for _, port in servers)
     finally:
         if proc.poll() is None:
             proc.kill()
         for pid, _ in servers:  # never left behind by the test itself
-            if _running(pid):
+            if procs.alive(pid):
                 subprocess.run(["kill", "-9", str(pid)], check=False)

@@ -249,22 +249,13 @@ def test_a_spawned_server_outlives_its_thread_and_dies_with_llamaspec(tmp_path: 
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
         time.sleep(1.0)
-        assert _running(child), "the server died with the thread that started it"
+        assert _alive(child), "the server died with the thread that started it"
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 5
-        while _running(child) and time.monotonic() < deadline:
+        while _alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _running(child), "the server outlived a SIGKILLed llamaspec"
+        assert not _alive(child), "the server outlived a SIGKILLed llamaspec"
     finally:
         if parent.poll() is None:
             parent.kill()
-
-
-def _running(pid: int) -> bool:
-    """Running and not a zombie (a reaper may be slow to collect an orphan's status)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in "ZX"

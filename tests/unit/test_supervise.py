@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from llamaspec import procs
 from llamaspec.runtime import supervise
 from llamaspec.runtime.client import free_port
 
@@ -153,23 +154,14 @@ class Run:
             self.proc.wait()
         for row in self.wait_log("start", 0, 0):  # no fake outlives its test
             pid = int(row[1])
-            if _alive(pid):
+            if procs.alive(pid):
                 os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    """Running and not a zombie (a zombie is gone for every purpose but its exit status)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in "ZX"
 
 
 def _gone(pid: int, timeout: float = 10) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not procs.alive(pid):
             return True
         time.sleep(0.02)
     return False

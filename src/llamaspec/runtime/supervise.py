@@ -27,7 +27,6 @@ the same across restarts: a /metrics read that fails while the server restarts i
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import http.client
 import os
 import select
@@ -44,7 +43,6 @@ from llamaspec import procs
 from llamaspec.errors import LlamaspecError
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -99,15 +97,6 @@ def _say(text: str) -> None:
     print(f"llamaspec serve: {text}", file=sys.stderr, flush=True)
 
 
-def _prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
 class Supervisor:
     """One server command, started, watched and restarted; `run` returns the exit status."""
 
@@ -127,8 +116,6 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             os.set_blocking(fd, False)
-        self._prctl = _prctl()
-        self._parent = os.getpid()
 
     # --- signals ------------------------------------------------------------------------------
 
@@ -158,18 +145,10 @@ class Supervisor:
 
     # --- the child ----------------------------------------------------------------------------
 
-    def _die_with_parent(self) -> None:
-        """In the child, before exec: SIGTERM when this supervisor dies, however it dies."""
-        if self._prctl is not None:
-            self._prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        if os.getppid() != self._parent:  # it died before the line above
-            os._exit(1)
-
     def _start(self) -> subprocess.Popen:
         try:
-            return subprocess.Popen(
-                self.argv, start_new_session=True, preexec_fn=self._die_with_parent
-            )
+            # the parent-death signal from a thread that lives as long as this process
+            return procs.spawn(self.argv, start_new_session=True)
         except OSError as exc:
             raise LlamaspecError(
                 f"serve --restart could not start {self.argv[0]}: {exc.strerror or exc}. "
