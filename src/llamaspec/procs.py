@@ -70,17 +70,28 @@ def _load_prctl() -> Callable[..., int] | None:
 
 
 _prctl = _load_prctl()  # loaded here, in the parent: the child only calls it
-_spawner: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that made it, the thread)
+# (the pid that made it, the thread, that thread's network namespace)
+_spawner: tuple[int, ThreadPoolExecutor, str | None] | None = None
 _spawner_lock = threading.Lock()
 
 
-def _spawning_thread() -> ThreadPoolExecutor:
-    """The one thread that starts servers, made on first use (again in a forked child)."""
+def _netns() -> str | None:
+    """The calling thread's network namespace (Linux), None where it cannot tell."""
+    try:
+        return os.readlink("/proc/thread-self/ns/net")
+    except OSError:
+        return None
+
+
+def _spawning_thread() -> tuple[ThreadPoolExecutor, str | None]:
+    """The one thread that starts servers, and its network namespace; made on first use
+    (again in a forked child)."""
     global _spawner
     with _spawner_lock:
         if _spawner is None or _spawner[0] != os.getpid():
-            _spawner = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="spawner"))
-        return _spawner[1]
+            thread = ThreadPoolExecutor(1, thread_name_prefix="spawner")
+            _spawner = (os.getpid(), thread, thread.submit(_netns).result())
+        return _spawner[1], _spawner[2]
 
 
 def spawn(argv: Sequence[str], **popen: object) -> subprocess.Popen:
@@ -88,7 +99,10 @@ def spawn(argv: Sequence[str], **popen: object) -> subprocess.Popen:
     the parent-death signal (SIGTERM; llama-server and rpc-server stop at once on it), so
     it dies with llamaspec however llamaspec dies. Plain Popen where the system has none."""
     prctl = _prctl
-    if prctl is None:
+    thread, its_netns = _spawning_thread() if prctl is not None else (None, None)
+    if thread is None or _netns() != its_netns:
+        # a thread that entered a network namespace (the RPC lab's hosts) starts its server
+        # itself: namespaces belong to threads, and the spawning thread is not in that one
         return subprocess.Popen(argv, **popen)  # type: ignore[call-overload]
     parent = os.getpid()
 
@@ -97,7 +111,7 @@ def spawn(argv: Sequence[str], **popen: object) -> subprocess.Popen:
         if os.getppid() != parent:  # llamaspec died before the line above
             os._exit(1)
 
-    start = _spawning_thread().submit(subprocess.Popen, argv, preexec_fn=child, **popen)
+    start = thread.submit(subprocess.Popen, argv, preexec_fn=child, **popen)
     return start.result()
 
 
