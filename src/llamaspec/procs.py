@@ -97,7 +97,8 @@ def _spawning_thread() -> tuple[ThreadPoolExecutor, str | None]:
 def spawn(argv: Sequence[str], **popen: object) -> subprocess.Popen:
     """`subprocess.Popen(argv, **popen)` for a server: started by the spawning thread with
     the parent-death signal (SIGTERM; llama-server and rpc-server stop at once on it), so
-    it dies with llamaspec however llamaspec dies. Plain Popen where the system has none."""
+    it dies with llamaspec however llamaspec dies. Plain Popen, in the calling thread, where
+    the system has no such signal or the caller is in another network namespace."""
     prctl = _prctl
     thread, its_netns = _spawning_thread() if prctl is not None else (None, None)
     if thread is None or _netns() != its_netns:
@@ -392,7 +393,8 @@ def popen(
 
 def alive(pid: int) -> bool:
     """Whether a process with this id runs (one of another user's counts as running; a
-    zombie, dead but not yet reaped, does not)."""
+    zombie, dead but not yet reaped, does not: for a multithreaded server that is its main
+    thread ended, while its other threads may still be closing its sockets)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

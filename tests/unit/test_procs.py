@@ -30,18 +30,10 @@ SPAWNER = textwrap.dedent(
 )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
-
-
 def _gone(*pids: int, seconds: float = 5) -> bool:
     """Whether every pid is dead within `seconds` (SIGKILL is delivered asynchronously)."""
     deadline = time.monotonic() + seconds
-    while any(_alive(p) for p in pids):
+    while any(procs.alive(p) for p in pids):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -114,7 +106,7 @@ def test_grace_then_sigkill_for_a_child_that_ignores_sigterm(tmp_path: Path) -> 
     t0 = time.monotonic()
     procs.kill_group(proc, grace=1)
     assert 0.9 < time.monotonic() - t0 < 10
-    assert proc.returncode == -signal.SIGKILL and not _alive(pid)
+    assert proc.returncode == -signal.SIGKILL and not procs.alive(pid)
 
 
 def test_popen_streams_lines_and_checks_status() -> None:
@@ -185,7 +177,7 @@ def test_signal_to_parent_leaves_no_orphans_and_no_tempdir(tmp_path: Path, sig: 
     try:
         child, grandchild = map(int, _wait_for(pids).split())
         tmp = Path(_wait_for(tmpfile))
-        assert tmp.is_dir() and _alive(grandchild)
+        assert tmp.is_dir() and procs.alive(grandchild)
         parent.send_signal(sig)
         out, _ = parent.communicate(timeout=30)
     finally:
@@ -249,13 +241,13 @@ def test_a_spawned_server_outlives_its_thread_and_dies_with_llamaspec(tmp_path: 
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
         time.sleep(1.0)
-        assert _alive(child), "the server died with the thread that started it"
+        assert procs.alive(child), "the server died with the thread that started it"
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
+        while procs.alive(child) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child), "the server outlived a SIGKILLed llamaspec"
+        assert not procs.alive(child), "the server outlived a SIGKILLed llamaspec"
     finally:
         if parent.poll() is None:
             parent.kill()

@@ -56,15 +56,16 @@ def spec_type_refusal(
     build lists, and what would work (`own_fix`: the asker's own way out)."""
     d = DIALECTS.get(dialect)
     flag = (d or DIALECTS["upstream"]).flags["spec_type"]
+    names = d.type_names if d is not None else {}  # llamaspec's name → the engine's
     neutral: dict[str, list[str]] = {}  # engine name → llamaspec's (draft-mtp: mtp, assistant)
-    for k, v in d.type_names.items() if d is not None else ():
+    for k, v in names.items():
         neutral.setdefault(v, []).append(k)
     named = ", ".join(
         f"{' or '.join(neutral[w])} ({flag} {w})" if neutral.get(w, [w]) != [w] else w
         for w in lacking
     )
     offered = sorted(
-        {k for k, v in (d.type_names.items() if d is not None else ()) if v in choices}
+        {k for k, v in names.items() if v in choices}
         | {c for c in choices if c != "none" and c not in neutral}
     )
     later = f" ({d.later})" if d is not None and d.later else ""
