@@ -16,7 +16,7 @@ import pytest
 
 from llamaspec.engine.artifact import Artifact
 from llamaspec.models.methods import determinism_args
-from llamaspec.proof import verify, verify_report
+from llamaspec.proof import compare, verify, verify_report
 from llamaspec.proof.envelope import measured_noise, with_noise
 from llamaspec.proof.oracle import Oracle
 from llamaspec.runtime.client import (
@@ -58,7 +58,7 @@ def test_the_oracle_judges_real_swaps_over_the_envelope(
 
         def judged(output: tuple[int, ...]) -> verify_report.Case:
             spec = Completion(output, "", 0.0, None, None, len(output))
-            case = verify.compare(PROMPT, "sequential", greedy, spec, srv, None)
+            case = compare.compare(PROMPT, "sequential", greedy, spec, srv, None)
             return verify.judge_gaps(case, oracle.gaps(PROMPT, output), ENVELOPE)
 
         same = judged(tokens)
@@ -116,7 +116,7 @@ def test_the_calibrated_oracle_passes_real_near_ties_and_flags_a_rank_10_token(
 
         def judged(output: tuple[int, ...], mode: str = "parallel") -> verify_report.Case:
             spec = Completion(output, "", 0.0, None, None, len(output))
-            case = verify.compare(p, mode, greedy, spec, srv, None)
+            case = compare.compare(p, mode, greedy, spec, srv, None)
             allowance = env.allowance(p.name, mode)
             return verify.judge_gaps(case, oracle.gaps(p, output), allowance, noise, oracle.text)
 

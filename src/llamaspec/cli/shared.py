@@ -72,6 +72,44 @@ def positive(text: str) -> int:
     return value
 
 
+def counts(low: int, high: int):
+    """argparse type: a comma-separated list of whole numbers from `low` to `high`, e.g. 4,8
+    (each once, in the order given)."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(v) for v in text.split(","))
+        except ValueError:
+            values = ()
+        if not values or any(not low <= v <= high for v in values):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a comma-separated list of whole numbers from {low} to "
+                f"{high}, e.g. 4,8"
+            )
+        return tuple(dict.fromkeys(values))
+
+    parse.__name__ = "count list"
+    return parse
+
+
+def whole(low: int, high: int, what: str):
+    """argparse type: a whole number of `what` from `low` to `high`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number of {what} from {low} to {high}"
+            )
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
 def _checked(check, text: str):
     """Run a netaddr check as an argparse type: its refusal becomes argparse's message."""
     from llamaspec.netaddr import AddressError

@@ -70,8 +70,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--mode",
         action="append",
         default=[],
-        choices=["sequential", "parallel"],
-        help="only these request modes (default: both)",
+        choices=["sequential", "parallel", "traffic"],
+        help="only these request modes (default: sequential and parallel). traffic, for the "
+        "built-in models' strict tier: requests at random times on 4 and 8 slots, mixed "
+        "prompt lengths, streamed or not, some cancelled, some with the prompt cache; every "
+        "completed output compared with sequential plain decoding, acceptance listed per slot",
+    )
+    v.add_argument(
+        "--traffic-slots",
+        type=shared.counts(1, 64),
+        metavar="N[,M…]",
+        help="with --mode traffic: the slot counts, one server each (default 4,8)",
+    )
+    v.add_argument(
+        "--traffic-requests",
+        type=shared.positive,
+        metavar="N",
+        help="with --mode traffic: requests per slot at each slot count (default 3: 12 "
+        "requests on 4 slots, 24 on 8)",
     )
     v.add_argument(
         "--prompt",
@@ -161,6 +177,8 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> None:
             args.prompt,
             prompts,
             args.server_defaults,
+            args.traffic_slots or (),
+            args.traffic_requests,
         )
     outcome.raise_if_failed(artifact, args.reports)
 
@@ -207,6 +225,21 @@ def _check(args: argparse.Namespace) -> None:
         raise LlamaspecError(
             "--strict adds the strict tier to a --recipe or --target run; the built-in models "
             "choose tiers with --tier."
+        )
+    traffic = "traffic" in args.mode
+    if (args.traffic_slots or args.traffic_requests) and not traffic:
+        raise LlamaspecError(
+            "--traffic-slots and --traffic-requests shape the traffic mode: add --mode traffic."
+        )
+    if traffic and own:
+        raise LlamaspecError(
+            "--mode traffic runs on the built-in reference models (their F32 copies, where "
+            "every output must be identical); drop --recipe/--target, or drop --mode traffic."
+        )
+    if traffic and args.tier == "oracle":
+        raise LlamaspecError(
+            "--mode traffic is a mode of the strict tier; with --tier oracle it would run "
+            "nothing. Use --tier strict (or leave --tier out)."
         )
     if args.strict and args.tier:
         raise LlamaspecError(

@@ -32,7 +32,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.models.methods import determinism_args, offers, render_method
 from llamaspec.models.server_help import check_help, help_flags
-from llamaspec.proof import verify
+from llamaspec.proof import compare
 from llamaspec.proof.defects import defects_for, known_defect
 from llamaspec.proof.prompts import CODE, PROSE
 from llamaspec.proof.software import software_device
@@ -227,7 +227,7 @@ def divergence(ref: Completion, spec: Completion) -> int | None:
     Servers without token ids (text mode) are compared by text and mapped back onto the
     reference's per-token pieces."""
     if not _text_mode(ref):
-        return verify.first_difference(ref.tokens, spec.tokens)
+        return compare.first_difference(ref.tokens, spec.tokens)
     if ref.text == spec.text:
         return None
     offset = _common_prefix(ref.text, spec.text)
@@ -410,7 +410,7 @@ def _strict(
             log = logs / f"strict-{method}.log"
             with running(artifact.server, [*base, *argv], log) as srv:
                 s = complete(srv, prompt)
-            case = verify.compare(prompt, "sequential", r, s, ref, defect)
+            case = compare.compare(prompt, "sequential", r, s, ref, defect)
             out.append(
                 StrictResult(prompt.name, method, case, s.draft_n or 0, s.draft_accepted or 0)
             )

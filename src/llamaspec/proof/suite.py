@@ -34,6 +34,7 @@ from llamaspec.proof.defects import defects_for, explaining
 from llamaspec.proof.prompts import choose_prompts
 from llamaspec.proof.reference import Reference, reference_copy
 from llamaspec.proof.refmodels import registry
+from llamaspec.proof.traffic import TrafficPlan
 from llamaspec.proof.verify_report import VerifyReport
 from llamaspec.runtime.client import Prompt
 
@@ -176,11 +177,15 @@ def builtin(
     prompt_names: Sequence[str] = (),
     prompts: Sequence[Prompt] = (),
     server_defaults: bool = False,
+    traffic_slots: Sequence[int] = (),
+    traffic_requests: int | None = None,
 ) -> Outcome:
     """The built-in models: strict on their F32 copies, oracle on the quantized embedded one.
 
     `prompts` (a prompts file's) replace the built-in ones; `server_defaults` runs every
-    server without the determinism flags, into reports tagged `<model>-defaults`."""
+    server without the determinism flags, into reports tagged `<model>-defaults`. The
+    traffic mode (in `modes`: its slot counts and requests per slot, else TrafficPlan's) is
+    the strict tier's: the oracle tier runs the other modes asked for, or none."""
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
     from llamaspec.proof import coverage as cov_mod
     from llamaspec.proof.hybrid import hybrid_model
@@ -192,6 +197,15 @@ def builtin(
     check_models(which, artifact, dialect, help_text)
     check_methods(methods, which)
     prompts = tuple(prompts) or choose_prompts(prompt_names)
+    classic = tuple(m for m in modes if m != "traffic")
+    traffic_on = len(classic) < len(modes)
+    traffic = TrafficPlan(
+        slots=tuple(traffic_slots) or TrafficPlan.slots,
+        per_slot=traffic_requests or TrafficPlan.per_slot,
+    )
+    if modes and not classic and "oracle" in tiers:
+        console.print("verify: oracle tier not run: the traffic mode is the strict tier's")
+        tiers = [t for t in tiers if t != "oracle"]
     out = []
     for name in which:
         types: tuple[str, ...] = EMBEDDED_TYPES
@@ -221,11 +235,14 @@ def builtin(
             out_dir=reports,
             methods=mine,
             types=types,
-            tag=f"{name}-defaults" if server_defaults else name,
+            tag=name
+            + ("-defaults" if server_defaults else "")
+            + ("-traffic" if traffic_on else ""),
             modes=tuple(modes),
             repeat=repeat,
             prompts=prompts,
             server_defaults=server_defaults,
+            traffic=traffic,
         )
         if "strict" in tiers:
             ref, ref_draft = _references(model, draft, console, sha, draft_sha)
@@ -246,11 +263,11 @@ def builtin(
                 "ids, which the per-token oracle needs (the strict tier ran)"
             )
         elif "oracle" in tiers and name == "embedded":
-            oracle = plan(model, tier="oracle", draft=draft)
+            oracle = plan(model, tier="oracle", draft=draft, modes=classic)
             out.append(verify.verify(artifact, dialect, oracle, console))
     # the oracle tier serves the embedded Q4_K_M file itself
     quantized = tuple(r.tag for r in out if r.tier == "oracle")
-    if "strict" not in tiers:
+    if "strict" not in tiers or (modes and not classic):  # coverage: sequential and parallel
         return Outcome(tuple(out), quantized=quantized)
     cov = cov_mod.coverage(
         artifact.id, engine, dialect, help_text, out, _not_run(which, engine, dialect, help_text)

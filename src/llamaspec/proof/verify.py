@@ -45,9 +45,12 @@ from llamaspec.models.methods import (
 )
 from llamaspec.models.server_help import check_help
 from llamaspec.proof import oracle as oracle_mod
-from llamaspec.proof.defects import Defect, known_defect
+from llamaspec.proof import traffic as traffic_mod
+from llamaspec.proof.compare import Judge, compare
+from llamaspec.proof.defects import known_defect
 from llamaspec.proof.envelope import calibrate, judge_gaps, measured_noise, with_noise
 from llamaspec.proof.prompts import FAST_PROMPTS, VERIFY_PROMPTS
+from llamaspec.proof.traffic import TrafficPlan
 from llamaspec.proof.verify_report import (
     Case,
     Envelope,
@@ -69,7 +72,7 @@ from llamaspec.runtime.client import (
 )
 
 PARALLEL_SLOTS = 4
-SLOT_CTX = 4096  # each slot's context: prompt and generated tokens must fit
+SLOT_CTX = traffic_mod.SLOT_CTX  # each slot's context: prompt and generated tokens must fit
 Say = Callable[[str], None]
 
 
@@ -83,65 +86,6 @@ def run_prompts(server: Server, prompts: Sequence[Prompt], parallel: bool) -> li
         return [complete(server, p) for p in prompts]
     with ThreadPoolExecutor(max_workers=PARALLEL_SLOTS) as pool:
         return list(pool.map(lambda p: complete(server, p), prompts))
-
-
-def first_difference(a: Sequence, b: Sequence) -> int | None:
-    """Index of the first item where `a` and `b` differ (the shorter one's length when one
-    is a prefix of the other), or None when they are equal."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def _continuation(server: Server, c: Completion, pos: int) -> str:
-    """A little context, then ⟦what the run chose⟧ from `pos` on."""
-    before, after = c.tokens[max(0, pos - 8) : pos], c.tokens[pos : pos + 12]
-    if c.tokens and isinstance(c.tokens[0], str):
-        return f"…{''.join(map(str, before))}⟦{''.join(map(str, after))}⟧…"
-    return f"…{server.detokenize(before)}⟦{server.detokenize(after)}⟧…"  # type: ignore[arg-type]
-
-
-def compare(
-    prompt: Prompt,
-    mode: str,
-    ref: Completion,
-    spec: Completion,
-    ref_server: Server,
-    defect: Defect | None,
-) -> Case:
-    """Strict comparison: identical, or a failure of a named kind (short, longer, different).
-
-    A short output is excused as `defect` (a catalogued short-output defect) only when it
-    shows exactly that symptom; otherwise the case says why not."""
-    pos = first_difference(ref.tokens, spec.tokens)
-    if pos is None:
-        return Case(prompt.name, mode, "identical")
-    if pos == len(spec.tokens):
-        kind = "short"
-    elif pos == len(ref.tokens):
-        kind = "longer"
-    else:
-        kind = "different"
-    known, note = None, ""
-    if defect is not None:
-        why = defect.not_short_output(
-            ref.tokens, spec.tokens, spec.tokens_predicted, prompt.n_predict
-        )
-        if why is None:
-            kind, known = "known-defect", defect.describe()
-        else:
-            note = f"not the catalogued defect {defect.id}: {why}"
-    return Case(
-        prompt.name,
-        mode,
-        kind,
-        pos,
-        reference=_continuation(ref_server, ref, pos) if pos < len(ref.tokens) else "(ended)",
-        speculative=_continuation(ref_server, spec, pos) if pos < len(spec.tokens) else "(ended)",
-        defect=known,
-        note=note,
-    )
 
 
 def _gaps(orc: oracle_mod.Oracle | None, prompt: Prompt, c: Completion) -> list[oracle_mod.Gap]:
@@ -160,6 +104,7 @@ class Setup:
     prompts: tuple[Prompt, ...]
     repeat: int = 1  # rounds of the parallel mode
     determinism: tuple[str, ...] = ()  # the determinism flags at the end of `base`
+    traffic: TrafficPlan | None = None  # the strict tier's traffic mode, when asked for
 
     def server_defaults(self) -> Setup:
         """The same setup without the determinism flags: the server's defaults."""
@@ -169,10 +114,6 @@ class Setup:
     def cycle(self, n: int) -> list[tuple[Prompt, int]]:
         """(prompt, index into the reference outputs) for `n` outputs in prompt order."""
         return [(self.prompts[i % len(self.prompts)], i % len(self.prompts)) for i in range(n)]
-
-
-# A tier's verdict on one output: the case as compared, judged (a new Case).
-Judge = Callable[[Case, Prompt, Completion], Case]
 
 
 def strict(
@@ -192,6 +133,10 @@ def strict(
         setup = prepared(ref, setup)
         console.print(f"verify: strict: reference run ({len(setup.prompts)} prompts)")
         refs = run_prompts(ref, setup.prompts, parallel=False)
+        trefs = None
+        if setup.traffic is not None and "traffic" in modes:
+            console.print("verify: strict: reference run of the traffic prompts")
+            trefs = traffic_mod.references(ref, setup.prompts)
         orc: oracle_mod.Oracle | None = None
 
         def judge(case: Case, p: Prompt, s: Completion) -> Case:
@@ -208,7 +153,25 @@ def strict(
                 over=[oracle_mod.describe(g) for g in gaps if g.gap > 0][:8],
             )
 
-        return _sweep(artifact, setup, methods, modes, logs, console, ref, refs, judge)
+        results = _sweep(artifact, setup, methods, modes, logs, console, ref, refs, judge)
+        if trefs is None or setup.traffic is None:
+            return results
+        return [
+            traffic_mod.method(
+                artifact,
+                setup.base,
+                setup.target,
+                setup.traffic,
+                r,
+                m,
+                logs,
+                console,
+                ref,
+                trefs,
+                judge,
+            )
+            for r, m in zip(results, methods, strict=True)
+        ]
 
 
 def _sweep(
@@ -231,7 +194,11 @@ def _sweep(
             name, why = m.split(": ", 1)
             results.append(MethodResult(name, (), skipped=why))
             continue
-        result, outputs = _run_method(artifact, setup, m, modes, logs, console)
+        classic = [mode for mode in modes if mode != "traffic"]
+        if modes and not classic:  # the traffic mode alone
+            results.append(MethodResult(m.name, tuple(shown(m.argv))))
+            continue
+        result, outputs = _run_method(artifact, setup, m, classic, logs, console)
         cases: list[Case] = []
         for mode, outs in outputs.items():
             for (p, k), s in zip(setup.cycle(len(outs)), outs, strict=True):
@@ -453,12 +420,13 @@ class VerifyPlan:
     types: tuple[str, ...] = EMBEDDED_TYPES  # the spec types the model can exercise
     tag: str = "embedded"
     draft: Path | None = None  # None: no draft file (the target's own heads, or n-grams)
-    modes: tuple[str, ...] = ()  # sequential, parallel; (): both
+    modes: tuple[str, ...] = ()  # sequential, parallel, traffic; (): the first two
     spec: Method | None = None
     reference_sha256: str | None = None
     repeat: int = 1  # rounds of the parallel mode
     own: Method | None = None
     server_defaults: bool = False
+    traffic: TrafficPlan | None = None  # the traffic mode's plan (None: TrafficPlan())
 
 
 def verify(artifact: Artifact, dialect: str, plan: VerifyPlan, console: Console) -> VerifyReport:
@@ -467,7 +435,15 @@ def verify(artifact: Artifact, dialect: str, plan: VerifyPlan, console: Console)
     help_text = server_help(artifact.server)
     det = () if plan.server_defaults else tuple(determinism_args(help_text))
     base = (*base_args(plan.model, ctx=SLOT_CTX * PARALLEL_SLOTS, slots=PARALLEL_SLOTS), *det)
-    setup = Setup(plan.model, plan.draft or plan.model, base, tuple(plan.prompts), plan.repeat, det)
+    setup = Setup(
+        plan.model,
+        plan.draft or plan.model,
+        base,
+        tuple(plan.prompts),
+        plan.repeat,
+        det,
+        (plan.traffic or TrafficPlan()) if "traffic" in plan.modes else None,
+    )
     name = plan.tag if plan.tier == "strict" else f"{plan.tag}-oracle"
     logs = plan.out_dir / f"verify-{artifact.id}-{name}-logs"
     if plan.spec is not None:

@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from llamaspec.models.methods import PLAIN
+from llamaspec.proof import traffic_report
+from llamaspec.proof.traffic_report import Traffic
 
 # The two modes a method runs in, and the plain configurations that calibrate each one's
 # envelope: a speculative run on parallel slots verifies drafts in multi-token batches as
@@ -29,8 +31,9 @@ MODES = ("sequential", "parallel")
 CALIBRATES = {"sequential": ("sequential",), "parallel": ("sequential", "parallel")}
 
 # What a case can be: identical | different | short | longer | known-defect | over-envelope
-# | within. The failures among them:
-FAILED_KINDS = ("different", "short", "longer", "over-envelope")
+# | within | error (a request under traffic the server answered with an error). The
+# failures among them:
+FAILED_KINDS = ("different", "short", "longer", "over-envelope", "error")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,12 @@ class MethodResult:
     flags: str = "determinism"  # or "own": the recipe's own flags, no determinism flags
     # the build refused speculation on more than one slot: sequential on one, parallel not run
     one_slot: bool = False
+    traffic: tuple[Traffic, ...] = ()  # the traffic mode's servers, one per slot count
+
+    def modes(self) -> list[str]:
+        """The modes its cases ran in: sequential, parallel, then traffic by slot count."""
+        seen = {c.mode for c in self.cases}
+        return [m for m in MODES if m in seen] + [t.mode for t in self.traffic]
 
     def drafts(self, mode: str) -> tuple[int, int]:
         d, a = self.per_mode.get(mode, (0, 0))
@@ -174,7 +183,7 @@ class VerifyReport:
                     "failed": sum(1 for c in m.failures if c.mode == mode),
                     "max_gap": _finite(m.max_gap(mode)),
                 }
-                for mode in ("sequential", "parallel")
+                for mode in m.modes()
             }
             mj["identical"] = m.count("identical")
             mj["failed"] = len(m.failures)
@@ -291,9 +300,7 @@ def markdown(report: VerifyReport) -> str:
             continue
         if m.one_slot:
             lines.append(_note_row(_label(m), "parallel", ONE_SLOT_NOTE, width))
-        for mode in ("sequential", "parallel"):
-            if not any(c.mode == mode for c in m.cases):
-                continue
+        for mode in m.modes():
             if report.tier == "strict":
                 failed = sum(1 for c in m.failures if c.mode == mode)
                 d, a = m.drafts(mode)
@@ -322,6 +329,7 @@ def markdown(report: VerifyReport) -> str:
                 if not m.skipped
             ),
         ]
+    lines += traffic_report.lines([(_label(m), m.traffic) for m in report.methods])
     own = own_flags_lines(report)
     if own:
         lines += ["", "## Recipe's own flags vs determinism flags", "", *own]
@@ -497,9 +505,7 @@ def print_table(report: VerifyReport, console: Console) -> None:
         if m.one_slot:
             blank = [""] * (len(cols) - len(first) - 1)
             table.add_row(*first, "parallel", *blank, "", "", ONE_SLOT_NOTE)
-        for mode in ("sequential", "parallel"):
-            if not any(c.mode == mode for c in m.cases):
-                continue
+        for mode in m.modes():
             if report.tier == "strict":
                 extra = [
                     str(sum(1 for c in m.failures if c.mode == mode)),
@@ -511,13 +517,14 @@ def print_table(report: VerifyReport, console: Console) -> None:
                     str(m.count("over-envelope", mode)),
                     str(_finite(m.max_gap(mode))),
                 ]
+            silent = next((t.silent_slots for t in m.traffic if t.mode == mode), [])
             table.add_row(
                 *first,
                 mode,
                 str(m.count("identical", mode)),
                 *extra,
                 *map(str, m.drafts(mode)),
-                "",
+                f"slots {silent} never accepted" if silent else "",
             )
     console.print(table)
     for line in (*flags_lines(report), *own_flags_lines(report)):
