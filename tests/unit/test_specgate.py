@@ -278,31 +278,34 @@ def test_the_serve_watcher_ends_with_the_server() -> None:
     assert serve.watch(["-md", "d"], "127.0.0.1", 1, "upstream", gone.pid, print, 0.01) is None
 
 
-def test_serve_adds_metrics_only_where_a_draft_is_loaded(
+def test_every_rendering_serves_metrics_and_the_gate_watches_only_a_draft(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rich.console import Console
 
+    from llamaspec.models.dialects import ServerCommand
+
+    help_text = "-m, --model FNAME   model path\n--metrics   enable the endpoint\n"
     server = tmp_path / "bin" / "llama-server"
     server.parent.mkdir()
-    server.write_text(
-        "#!/bin/sh\necho '-m, --model FNAME   model path'\necho '--metrics   enable the endpoint'\n"
-    )
+    server.write_text(f"#!/bin/sh\nprintf -- '{help_text}'\n")
     server.chmod(0o755)
     art = Artifact("a", tmp_path, {"engine": "llama.cpp"}, True)
     console = Console(file=io.StringIO())
     monkeypatch.delenv("LLAMA_ARG_ENDPOINT_METRICS", raising=False)
     monkeypatch.delenv(serve.GATE_SWITCH, raising=False)
-    argv = ["llama-server", "-m", "t", "-md", "d"]
-    assert serve.gated_argv(argv, art, console) == [*argv, "--metrics"]
-    assert serve.gated_argv(["llama-server", "-m", "t"], art, console) == [
-        "llama-server",
-        "-m",
-        "t",
-    ]
-    assert serve.gated_argv([*argv, "--metrics"], art, console) == [*argv, "--metrics"]
+    plain = ServerCommand(("llama-server", "-m", "t"), "upstream")
+    # /metrics on for every recipe (the alert rules read it), once, where the build has it
+    assert serve.with_metrics(plain, help_text).argv == (*plain.argv, "--metrics")
+    assert serve.with_metrics(plain, None).argv == (*plain.argv, "--metrics")
+    on = serve.with_metrics(plain, help_text)
+    assert serve.with_metrics(on, help_text) == on
+    assert serve.with_metrics(plain, "-m, --model FNAME\n") == plain
+    argv = ["llama-server", "-m", "t", "-md", "d", "--metrics"]
+    assert serve.gated(argv, art, console)
+    assert not serve.gated(["llama-server", "-m", "t", "--metrics"], art, console)
     monkeypatch.setenv(serve.GATE_SWITCH, "off")
-    assert serve.gated_argv(argv, art, console) == argv
+    assert not serve.gated(argv, art, console)
     assert serve.loopback_url("::", 80) == "http://[::1]:80"
     assert serve.loopback_url("0.0.0.0", 80) == "http://127.0.0.1:80"
 

@@ -29,10 +29,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "prompts at the context edge, faults",
         description="Run a recipe's server on 127.0.0.1 under bounded load: for each client\n"
         "count a speculative phase then a plain phase (plain only for a recipe without\n"
-        "speculation), each a fresh server with one slot per client. Reports outcomes,\n"
-        "latency percentiles, throughput, acceptance, the server's memory over time and,\n"
-        "on an F32 reference target, whether every completed output equals a sequential\n"
-        "plain run.",
+        "speculation), each a fresh server with one slot per client (or --slots N).\n"
+        "Reports outcomes, latency percentiles, throughput, acceptance, the server's memory\n"
+        "over time and, on an F32 reference target, whether every completed output equals a\n"
+        "sequential plain run.",
     )
     p.add_argument("recipe", help="recipe name, e.g. gemma3-270m-q4-draft")
     shared.add_artifact_args(p)
@@ -106,6 +106,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="context per slot in tokens (default: the recipe's)",
     )
     p.add_argument(
+        "--slots",
+        type=shared.whole(1, 256, "slots"),
+        metavar="N",
+        help="every phase's server slots, whatever its client count (default: one per "
+        "client); more clients than slots queue, as on a server a user sizes",
+    )
+    p.add_argument(
+        "--cache-ram",
+        type=shared.whole(0, 1 << 20, "MiB"),
+        metavar="MIB",
+        help="the servers' prompt-cache memory in MiB, 0 for none (default: the server's "
+        "own, 8192 at the upstream pin)",
+    )
+    p.add_argument(
         "--threads",
         "-t",
         type=shared.positive,
@@ -149,6 +163,8 @@ def plan_from(args: argparse.Namespace):
         speculative_only=args.speculative_only,
         ctx=args.ctx,
         threads=args.threads,
+        slots=args.slots,
+        cache_ram=args.cache_ram,
         request_timeout=args.request_timeout,
         ready_timeout=args.ready_timeout,
     )

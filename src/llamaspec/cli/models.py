@@ -213,10 +213,31 @@ def _target_args(p: argparse.ArgumentParser, default: str) -> None:
     )
     p.add_argument("--host", type=shared.host, default="127.0.0.1")
     p.add_argument("--port", type=shared.port, default=8080)
+    p.add_argument(
+        "--slots",
+        type=shared.whole(1, 256, "slots"),
+        metavar="N",
+        help="server slots, requests served at once (default: the recipe's); each keeps the "
+        "recipe's context per slot unless --ctx-per-slot says",
+    )
+    p.add_argument(
+        "--ctx-per-slot",
+        type=shared.positive,
+        metavar="TOKENS",
+        help="context of each slot in tokens (the server gets -c TOKENS × slots)",
+    )
+    p.add_argument(
+        "--cache-ram",
+        type=shared.whole(0, 1 << 20, "MiB"),
+        metavar="MIB",
+        help="host memory for the prompt cache in MiB, 0 to turn it off (default: the "
+        "recipe's, else the server's own: 8192 at the upstream pin)",
+    )
 
 
 def _render_options(args: argparse.Namespace) -> RenderOptions:
     """The `_target_args` options: what a recipe is rendered for."""
+    from llamaspec.config import Serving
     from llamaspec.runtime.serve import RenderOptions
 
     return RenderOptions(
@@ -227,6 +248,7 @@ def _render_options(args: argparse.Namespace) -> RenderOptions:
         backend=args.backend,
         host=args.host,
         port=args.port,
+        serving=Serving(slots=args.slots, slot_ctx=args.ctx_per_slot, cache_ram=args.cache_ram),
     )
 
 

@@ -60,6 +60,7 @@ from llamaspec.config.recipes import (
     Recipe,
     Reported,
     ServerSettings,
+    Serving,
     SpecSettings,
     load_recipes,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "Reported",
     "SeriesFile",
     "ServerSettings",
+    "Serving",
     "SpecSettings",
     "Upstream",
     "derived_name",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
@@ -84,6 +85,9 @@ class ServerSettings(Frozen):
     flash_attn: Literal["on", "off", "auto"] | None = None
     ctx_checkpoints: int | None = Field(default=None, ge=0)
     checkpoint_min_step: int | None = Field(default=None, ge=1)
+    # host memory for the prompt cache, MiB (upstream --cache-ram: -1 no limit, 0 off; the
+    # pinned server's default is 8192)
+    cache_ram: int | None = Field(default=None, ge=-1)
     rpc: tuple[RpcEndpoint, ...] = ()
     placement: Placement | None = None
     # a chat template built into the engine, by name (e.g. `gemma`), for a model whose GGUF
@@ -138,6 +142,30 @@ class Reported(Frozen):
     source: str = Field(min_length=1)  # a URL, or a sentence saying no source was found
     setup: str = Field(min_length=1)
     result: str = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How a user serves a recipe, over its own server settings: slots, context per slot,
+    prompt-cache memory (None: the recipe's)."""
+
+    slots: int | None = None
+    slot_ctx: int | None = None
+    cache_ram: int | None = None
+
+    def apply(self, server: ServerSettings) -> ServerSettings:
+        """`server` with these settings: `slots` slots of `slot_ctx` tokens each (default:
+        the recipe's context per slot, so more slots keep each slot's context)."""
+        update: dict = {}
+        if self.slots is not None or self.slot_ctx is not None:
+            slots = self.slots or server.parallel or 1
+            per_slot = self.slot_ctx or (
+                server.ctx // (server.parallel or 1) if server.ctx else None
+            )
+            update = {"parallel": slots, "ctx": per_slot * slots if per_slot else server.ctx}
+        if self.cache_ram is not None:
+            update["cache_ram"] = self.cache_ram
+        return server.model_copy(update=update) if update else server
 
 
 class Recipe(Frozen):

@@ -53,6 +53,8 @@ SERVER_FLAGS: Mapping[str, str] = {
     "flash_attn": "-fa",
     "ctx_checkpoints": "--ctx-checkpoints",
     "checkpoint_min_step": "--checkpoint-min-step",
+    "cache_ram": "--cache-ram",
+    "metrics": "--metrics",
     "rpc": "--rpc",
     "device": "-dev",
 }
@@ -354,6 +356,7 @@ def render(
         argv += _opt(SERVER_FLAGS["flash_attn"], server.flash_attn)
         argv += _opt(SERVER_FLAGS["ctx_checkpoints"], server.ctx_checkpoints)
         argv += _opt(SERVER_FLAGS["checkpoint_min_step"], server.checkpoint_min_step)
+        argv += _opt(SERVER_FLAGS["cache_ram"], server.cache_ram)
         if server.chat_template is not None:
             argv += [*d.builtin_template, server.chat_template]
         if server.rpc:

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from llamaspec import config
-from llamaspec.config import ModelsFile, Recipe
+from llamaspec.config import ModelsFile, Recipe, Serving
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import compat, dialects, heads, help_check
@@ -69,14 +69,18 @@ def render(
     port: int | str = 8080,
     variants: Sequence[str] | None = None,
     pin: str | None = None,
+    serving: Serving | None = None,
 ) -> ServerCommand:
-    """The full llama-server argv for `recipe` (with the engine's overrides) in `dialect`.
+    """The full llama-server argv for `recipe` (with the engine's overrides, then the
+    user's `serving` settings: slots, context per slot, prompt-cache memory) in `dialect`.
 
     `backend` and `variants` (the artifact manifest's; None when no artifact is known)
     decide whether the build can offload: options that need a GPU or RPC are dropped with
     a note when it cannot (`dialects.OFFLOAD_ONLY`). `pin` names the engine's commit in
     refusals."""
     base, recipe = recipe, recipe.for_engine(engine)
+    if serving is not None:
+        recipe = recipe.model_copy(update={"server": serving.apply(recipe.server)})
     where = f"{engine} at {pin[:7]}" if pin else engine
     subject = f"Recipe {recipe.name!r}"
     d = dialects.find_dialect(dialect)

@@ -2,11 +2,11 @@
 
 The run is a row of phases on loopback, one server at a time: for each client count, the
 recipe's speculative server, then its plain server (the same command without the
-speculative flags), each started afresh with one slot per client. In a phase, that many
-client threads take requests from a seeded schedule (perf.load_plan) — the built-in
-workloads' prompts, one sized near the slot's context (it fits) and one over it (the server
-must refuse it), streamed or not, some streams hung up after a few tokens — until the
-phase's requests are done or its share of `--duration` is spent. Every request has a
+speculative flags), each started afresh with one slot per client (or `--slots` slots). In
+a phase, that many client threads take requests from a seeded schedule (perf.load_plan) —
+the built-in workloads' prompts, one sized near the slot's context (it fits) and one over
+it (the server must refuse it), streamed or not, some streams hung up after a few tokens —
+until the phase's requests are done or its share of `--duration` is spent. Every request has a
 deadline; one refused while a killed server is down is sent again once it is back. Once a
 second a sampler reads the server's resident memory (/proc/PID/status VmRSS) and its
 `/metrics` (speculation counters).
@@ -326,7 +326,8 @@ def server_args(p: BenchPlan, plan: LoadPlan, ctx: int, slots: int, spec: bool, 
             del args[i : i + 2]
     args = bench.with_slots([*args, "-c", str(ctx)], slots)
     threads = ["-t", str(plan.threads)] if plan.threads else []
-    out = [*args, *threads, *(p.spec_args if spec else ())]
+    cache = ["--cache-ram", str(plan.cache_ram)] if plan.cache_ram is not None else []
+    out = [*args, *threads, *cache, *(p.spec_args if spec else ())]
     return [*out, *metrics.flag(out, flags)]
 
 
@@ -551,8 +552,12 @@ def execute(
             if left <= 0:
                 console.print(f"load: --duration spent; {len(todo) - i} phase(s) not run")
                 break
-            args = server_args(p, plan, run.ctx, clients, mode == "spec", flags)
-            label = f"{'speculative' if mode == 'spec' else 'plain'}, {clients} slot(s)"
+            slots = plan.slots or clients
+            args = server_args(p, plan, run.ctx, slots, mode == "spec", flags)
+            kind = "speculative" if mode == "spec" else "plain"
+            label = f"{kind}, {clients} slot(s)"
+            if slots != clients:
+                label = f"{kind}, {clients} clients on {slots} slots"
             run.commands[label] = bench.shown(args)
             ph = PhaseRun(len(run.phases), mode, clients, label)
             run.phases.append(ph)

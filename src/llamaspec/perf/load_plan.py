@@ -100,6 +100,8 @@ class LoadPlan:
     exact: bool = True
     ctx: int | None = None  # context per slot; None: the recipe's
     threads: int | None = None
+    slots: int | None = None  # every phase's server slots; None: one per client
+    cache_ram: int | None = None  # the server's prompt-cache memory, MiB; None: its default
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     ready_timeout: float = DEFAULT_READY_TIMEOUT
     stall_bound: float = DEFAULT_STALL_BOUND

@@ -172,6 +172,30 @@ def unexpected_error(r: Record) -> bool:
     return not (r.outcome == OVER_CONTEXT and r.kind == "over-context")
 
 
+def arrangement(run: LoadRun) -> str:
+    """How the phases were laid out, as the report states it."""
+    slots = (
+        f"{run.plan.slots} slots whatever the client count"
+        if run.plan.slots
+        else "one slot per client"
+    )
+    if run.speculative and not run.plan.speculative_only:
+        phases = "for each client count a speculative phase then a plain phase"
+    elif run.speculative:
+        phases = "speculative phases only (--speculative-only, a soak), one per client count"
+    else:
+        phases = "the recipe has no speculation, so plain phases only, one per client count"
+    cache = (
+        f"; prompt cache bounded to {run.plan.cache_ram} MiB (--cache-ram)"
+        if run.plan.cache_ram is not None
+        else "; the server's own prompt-cache bound"
+    )
+    return (
+        f"one server at a time, on 127.0.0.1: {phases}, each its own fresh server with "
+        f"{slots}{cache}"
+    )
+
+
 def to_json(
     run: LoadRun, artifact: Artifact, stopped: str | None, wall: float | None = None
 ) -> dict[str, Any]:
@@ -208,15 +232,7 @@ def to_json(
         "backend": m.get("backend"),
         "machine": toolchain.machine(),
         "date": dt.date.today().isoformat(),
-        "arrangement": "one server at a time, on 127.0.0.1: for each client count a "
-        "speculative phase then a plain phase, each its own fresh server with one slot per "
-        "client"
-        if run.speculative and not run.plan.speculative_only
-        else "one server at a time, on 127.0.0.1: speculative phases only (--speculative-only, "
-        "a soak), one per client count, each a fresh server with one slot per client"
-        if run.speculative
-        else "one server at a time, on 127.0.0.1: the recipe has no speculation, so plain "
-        "phases only, one per client count, each a fresh server with one slot per client",
+        "arrangement": arrangement(run),
         "speculative": run.speculative,
         "ctx_per_slot": run.ctx,
         "plan": {

@@ -6,14 +6,16 @@ and checks the pair, renders it for the artifact, checks its RPC hosts and becom
 server (exec); with `--restart` it stays as the server's parent instead and restarts it when
 it dies (supervise.py).
 
-The speculation gate's `serve` half: where the command loads a draft model or MTP head,
-`serve` adds `--metrics` (unless the command or LLAMA_ARG_ENDPOINT_METRICS already says) and,
-before it execs, leaves a small detached watcher behind (`watch`). Exec keeps the server
+Every rendering turns the server's `/metrics` on (`with_metrics`; the alert rules of
+`recipe monitor` read it) and takes the user's `Serving` settings (slots, context per slot,
+prompt-cache memory) over the recipe's. The speculation gate's `serve` half: where the
+command loads a draft model or MTP head, `serve`, before it execs, leaves a small detached
+watcher behind (`watch`). Exec keeps the server
 what it was (the same process: its signals, exit status and PID, as llama-swap, systemd and
 containers expect), and the watcher never touches a request: it reads `/metrics` every few
 seconds until the server has generated GATE_TOKENS tokens, then says once, on the server's
 own stderr, whether the draft drafted (quietly) or not (the gate's loud paragraph), and
-exits; it exits as well when the server does. LLAMASPEC_SPEC_GATE=off leaves both out.
+exits; it exits as well when the server does. LLAMASPEC_SPEC_GATE=off leaves it out.
 Under `--restart` the watcher follows the supervisor's PID, which outlives each server: it
 skips the reads that fail while a server restarts and judges once, as without (the command
 line, which is what it judges, is the same for every restart).
@@ -52,6 +54,7 @@ class RenderOptions:
     backend: str | None = None  # default: the artifact's, else cuda
     host: str = "127.0.0.1"
     port: int = 8080
+    serving: config.Serving | None = None  # slots, context per slot, prompt-cache memory
 
 
 @dataclass(frozen=True)
@@ -153,12 +156,57 @@ def render(
         port=opts.port,
         variants=variants,
         pin=pin,
+        serving=opts.serving,
     )
-    if artifact is not None:
-        help_text = server_help(artifact.server)
+    help_text = server_help(artifact.server) if artifact is not None else None
+    cmd = with_metrics(cmd, help_text)
+    if artifact is not None and help_text is not None:
         recipes.check_spec_types(cmd, recipe, help_text, f"build {artifact.id}")
         recipes.check_against_help(cmd, help_text, f"{artifact.id}/llama-server")
     return cmd, artifact
+
+
+# The upstream server's prompt-cache bound in host memory when --cache-ram is not given.
+DEFAULT_CACHE_RAM_MIB = 8192
+
+
+def capacity(argv: Sequence[str]) -> str:
+    """What the command serves at once and how much host memory its prompt cache may take,
+    in a sentence."""
+
+    def value(flag: str) -> str | None:
+        return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+    slots, ctx, cache = value("-np"), value("-c"), value("--cache-ram")
+    if slots is None:
+        served = "the server's own slot count"
+    elif ctx and int(ctx) > 0:
+        served = f"{slots} slot(s) of {int(ctx) // int(slots)} tokens each"
+    else:
+        served = f"{slots} slot(s)"
+    if cache is None:
+        bound = (
+            f"the server's default bound ({DEFAULT_CACHE_RAM_MIB} MiB upstream); "
+            "--cache-ram MIB sets it"
+        )
+    elif cache == "0":
+        bound = "none (--cache-ram 0)"
+    else:
+        bound = f"at most {cache} MiB (--cache-ram)"
+    return f"{served}; prompt cache in host memory: {bound}"
+
+
+def with_metrics(cmd: ServerCommand, help_text: str | None) -> ServerCommand:
+    """`cmd` with the server's Prometheus endpoint on (`--metrics`): the alert rules of
+    `recipe monitor` and the speculation gate read it. Left out only where the build's
+    --help (when known) has no such flag."""
+    from llamaspec.models.dialects import SERVER_FLAGS
+    from llamaspec.models.server_help import help_flags
+
+    flag = SERVER_FLAGS["metrics"]
+    if flag in cmd.argv or (help_text is not None and flag not in help_flags(help_text)):
+        return cmd
+    return replace(cmd, argv=(*cmd.argv, flag))
 
 
 def _refuse_before_download(
@@ -235,8 +283,9 @@ def serve(
         raise LlamaspecError(idle)
     files = models.pull(catalog, recipe.pair, root, console)
     cmd, _ = render(opts, recipe, files.target, files.draft, console)
-    argv = gated_argv(list(cmd.argv), artifact, console)
+    argv = list(cmd.argv)
     console.print(f"serve: {shlex.join(argv)}")
+    console.print(f"serve: {capacity(argv)}")
     console.print(f"serve: listening on {listening(opts.host, opts.port)} (Ctrl-C stops it)")
     if restart is not None:
         console.print(
@@ -244,7 +293,7 @@ def serve(
             f"dies (giving up after {restart.max_restarts} restarts in a row that do not stay "
             f"healthy for {restart.stable_s:g} s)"
         )
-    if argv != list(cmd.argv):
+    if gated(argv, artifact, console):
         start_watcher(argv, opts.host, opts.port, d.name)
     if restart is None:
         os.execv(argv[0], argv)
@@ -256,27 +305,26 @@ def serve(
 # The gate judges once the server has generated this many tokens (a few replies' worth).
 GATE_TOKENS = 64
 GATE_POLL_S = 5.0
-GATE_SWITCH = env.SPEC_GATE.name  # `off`: no --metrics added, no watcher
+GATE_SWITCH = env.SPEC_GATE.name  # `off`: no watcher
 
 
-def gated_argv(argv: list[str], artifact: Artifact, console: Console) -> list[str]:
-    """`argv` with `--metrics` added where it loads a draft model or MTP head and the gate
-    is on; unchanged otherwise (the watcher starts only for a changed argv)."""
+def gated(argv: list[str], artifact: Artifact, console: Console) -> bool:
+    """Whether the speculation gate watches this server: it loads a draft model or MTP head,
+    the gate is on, and the build serves /metrics (which the rendering turned on)."""
     from llamaspec.models.server_help import help_flags, server_help
     from llamaspec.runtime import specgate
 
     if (env.get(env.SPEC_GATE) or "").lower() == "off":
-        return argv
+        return False
     if not specgate.loaded(argv, os.environ).drafts:
-        return argv
+        return False
     if "--metrics" not in help_flags(server_help(artifact.server)):
-        return argv
+        return False
     console.print(
         f"serve: speculation gate: the server's /metrics counters are read until it has "
         f"generated {GATE_TOKENS} tokens ({GATE_SWITCH}=off turns this off)"
     )
-    metrics_on = "--metrics" in argv or os.environ.get("LLAMA_ARG_ENDPOINT_METRICS")
-    return argv if metrics_on else [*argv, "--metrics"]
+    return True
 
 
 def start_watcher(argv: list[str], host: str, port: int, dialect: str) -> None:
