@@ -191,6 +191,48 @@ def test_without_a_report_the_baseline_is_assumed_and_the_files_say_not_measured
     assert "baseline (not measured)" in r.files[mon.DASHBOARD]
 
 
+def test_the_baseline_is_the_newest_measured_report_of_any_kind(tmp_path: Path) -> None:
+    """Bench, load and the tune report that wrote a tuned recipe all measure acceptance; the
+    newest one is the baseline, and the baseline says which kind it is."""
+    reports = tmp_path / "reports"
+    _report(reports / "bench-r-a.json", "r", "2026-01-01", 100, 90)
+    phases = [
+        {"mode": "spec", "acceptance": {"drafted": 300, "accepted": 240}},
+        {"mode": "plain", "acceptance": {"drafted": 0, "accepted": 0}},
+        {"mode": "spec", "acceptance": {"drafted": 100, "accepted": 60}},
+    ]
+    load = {"recipe": "r", "engine": "llama.cpp", "date": "2026-02-01", "phases": phases}
+    (reports / "load-r-x-soak.json").write_text(json.dumps(load))
+    b = base.find_baseline("r", "llama.cpp", [reports], tmp_path)
+    assert (b.acceptance, b.report_kind, b.speedup) == (0.75, "load", None)
+    assert "300 of 400 draft tokens accepted in the speculative phases of a load run" in b.source
+    assert b.kind == "measured, load report" and "load report" in b.describe()
+    tune = {"recipe": "base", "engine": "llama.cpp", "date": "2026-03-01",
+            "winner": {"accepted_drafted": {"copy": [45, 50], "qa": [5, 50]}}}  # fmt: skip
+    (reports / "tune-base-x.json").write_text(json.dumps(tune))
+    (reports / "tune-base-x.md").write_text("# tune\n")
+    b = base.find_baseline(
+        "r", "llama.cpp", [reports], tmp_path, tuned_by=reports / "tune-base-x.md"
+    )
+    assert (b.acceptance, b.report_kind) == (0.5, "tune")
+    assert b.report == "reports/tune-base-x.json"
+    # without the tuned recipe's pointer a tune report of another recipe is not this one's
+    assert base.find_baseline("r", "llama.cpp", [reports], tmp_path).report_kind == "load"
+    # a load run on another engine, or without speculative drafts, is no baseline
+    (reports / "load-r-y.json").write_text(json.dumps({**load, "date": "2026-04-01",
+                                                       "engine": "ik_llama.cpp"}))  # fmt: skip
+    (reports / "load-r-z.json").write_text(json.dumps({**load, "date": "2026-04-01",
+                                                       "phases": phases[1:2]}))  # fmt: skip
+    assert base.find_baseline("r", "llama.cpp", [reports], tmp_path).report_kind == "load"
+    assert base.find_baseline("r", "llama.cpp", [reports], tmp_path).acceptance == 0.75
+
+
+def test_the_tuned_recipe_baseline_is_measured_not_assumed() -> None:
+    r = mon.for_recipe("gemma3-270m-ngram-tuned", mon.Settings(), root=ROOT)
+    assert r.baseline is not None and r.baseline.measured
+    assert r.baseline.report_kind in ("bench", "tune", "load")
+
+
 def test_the_catalog_recipe_baseline_comes_from_its_committed_report() -> None:
     r = mon.for_recipe("gemma3-270m-ngram", mon.Settings(), root=ROOT)
     assert r.baseline is not None and r.baseline.measured

@@ -309,7 +309,10 @@ def for_recipe(
     engine = choose("engine", engine or "llama.cpp", config.load_engines(root))
     types = recipe.for_engine(engine).spec.types
     folders = [root / "reports", default_out("reports")]
-    baseline = find_baseline(recipe.name, engine, folders, root, report, acceptance)
+    tuned_by = None
+    if recipe.measured is not None and Path(recipe.measured.report).name.startswith("tune-"):
+        tuned_by = root / recipe.measured.report
+    baseline = find_baseline(recipe.name, engine, folders, root, report, acceptance, tuned_by)
     return render(recipe.name, types, engine, settings, baseline)
 
 

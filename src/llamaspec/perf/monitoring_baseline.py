@@ -1,7 +1,9 @@
 """The baseline `recipe monitor`'s LlamaSpecAcceptanceLow compares with (perf/monitoring.py):
-the recipe's measured acceptance and speedup from its newest bench report
-(reports/bench-<recipe>-<artifact>*.json, perf/bench_report.py's shape), a value the user
-gives, or an assumed one, and where each came from."""
+the recipe's measured acceptance from its newest report of any kind — a bench report
+(reports/bench-<recipe>-<artifact>*.json, perf/bench_report.py's shape, with its headline
+speedup), the tune report that wrote a tuned recipe (its winner's drafts), or a load report
+(reports/load-<recipe>-*.json, its speculative phases) — a value the user gives, or an
+assumed one, and where each came from."""
 
 from __future__ import annotations
 
@@ -31,10 +33,13 @@ class Baseline:
     speedup: float | None = None
     speedup_note: str = ""
     report: str | None = None
+    report_kind: str = ""  # bench | tune | load (measured ones)
 
     @property
     def kind(self) -> str:
-        return "measured" if self.measured else "not measured"
+        if not self.measured:
+            return "not measured"
+        return f"measured, {self.report_kind} report" if self.report_kind else "measured"
 
     def describe(self) -> str:
         text = f"acceptance {self.acceptance:.3f} ({self.kind}: {self.source})"
@@ -126,6 +131,7 @@ def report_baseline(report: Mapping[str, Any], shown: str) -> Baseline | None:
         speedup,
         note,
         shown,
+        "bench",
     )
 
 
@@ -136,10 +142,13 @@ def find_baseline(
     root: Path,
     report: Path | None = None,
     acceptance: float | None = None,
+    tuned_by: Path | None = None,
 ) -> Baseline:
     """The baseline: `acceptance` when given; else `report` (a bench report file) when given;
-    else the newest bench report of `recipe` on `engine` in `folders` (by its date, a
-    reliable one first on the same date), else ASSUMED_ACCEPTANCE, marked not measured."""
+    else the newest measured report of `recipe` on `engine` in `folders` — bench, load, or
+    `tuned_by` (the tune report a tuned recipe names) — by its date (on the same date a
+    reliable bench report first, then any bench, tune, load), else ASSUMED_ACCEPTANCE,
+    marked not measured."""
     if acceptance is not None:
         return given_baseline(acceptance)
     if report is not None:
@@ -161,26 +170,113 @@ def find_baseline(
                 "compare with: bench the recipe again, or give --baseline-acceptance."
             )
         return found
-    candidates: list[tuple[tuple, Path, dict]] = []
-    seen: set[Path] = set()
-    for folder in folders:
-        for path in sorted(folder.glob(f"bench-{recipe}-*.json")) if folder.is_dir() else ():
-            if path.resolve() in seen:
-                continue
-            seen.add(path.resolve())
-            data = _read_report(path)
-            # bench-<recipe>-… also matches longer recipe names: the report's own field decides
-            if data is None or data["recipe"] != recipe or _engine_of(data) != engine:
-                continue
-            reliable = bool((data.get("reliability") or {}).get("reliable"))
-            candidates.append(((str(data.get("date") or ""), reliable, path.name), path, data))
-    for _, path, data in sorted(candidates, key=lambda c: c[0], reverse=True):
-        found = report_baseline(data, _shown(path, root))
-        if found is not None:
-            return found
+    candidates = _measured(recipe, engine, folders, root, tuned_by)
+    if candidates:
+        return max(candidates, key=lambda c: c[0])[1]
     return Baseline(
         ASSUMED_ACCEPTANCE,
         False,
-        f"assumed: no bench report of recipe {recipe} on {engine} with drafted tokens was found"
-        f"; run `llamaspec bench {recipe}` or give --baseline-acceptance",
+        f"assumed: no bench, tune or load report of recipe {recipe} on {engine} with drafted "
+        f"tokens was found; run `llamaspec bench {recipe}` or give --baseline-acceptance",
+    )
+
+
+# On the same date: a reliable bench report, then any bench report, then tune, then load.
+RANK = {"bench": 1, "tune": 0, "load": -1}
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _measured(
+    recipe: str, engine: str, folders: Sequence[Path], root: Path, tuned_by: Path | None
+) -> list[tuple[tuple, Baseline]]:
+    """(sort key, baseline) of every measured report of `recipe` on `engine`."""
+    out: list[tuple[tuple, Baseline]] = []
+    seen: set[Path] = set()
+
+    def fresh(path: Path) -> bool:
+        if path.resolve() in seen:
+            return False
+        seen.add(path.resolve())
+        return True
+
+    for folder in (f for f in folders if f.is_dir()):
+        for path in sorted(folder.glob(f"bench-{recipe}-*.json")):
+            data = _read_report(path) if fresh(path) else None
+            # bench-<recipe>-… also matches longer recipe names: the report's own field decides
+            if data is None or data["recipe"] != recipe or _engine_of(data) != engine:
+                continue
+            found = report_baseline(data, _shown(path, root))
+            reliable = bool((data.get("reliability") or {}).get("reliable"))
+            if found is not None:
+                key = (str(data.get("date") or ""), RANK["bench"] + reliable, path.name)
+                out.append((key, found))
+        for path in sorted(folder.glob(f"load-{recipe}-*.json")):
+            data = _json(path) if fresh(path) else None
+            if data is None or data.get("recipe") != recipe or _engine_of(data) != engine:
+                continue
+            found = load_baseline(data, _shown(path, root))
+            if found is not None:
+                out.append(((str(data.get("date") or ""), RANK["load"], path.name), found))
+    if tuned_by is not None:
+        path = tuned_by.with_suffix(".json")
+        data = _json(path) if path.is_file() else None
+        found = tune_baseline(data, _shown(path, root)) if data else None
+        if found is not None and _engine_of(data or {}) == engine:
+            out.append(((str((data or {}).get("date") or ""), RANK["tune"], path.name), found))
+    return out
+
+
+def _rate(accepted: float, drafted: float, what: str, shown: str, kind: str, note: str) -> Baseline:
+    return Baseline(
+        min(accepted / drafted, 1.0),
+        True,
+        f"{int(accepted)} of {int(drafted)} draft tokens accepted in {what} ({shown})",
+        None,
+        note,
+        shown,
+        kind,
+    )
+
+
+def load_baseline(data: Mapping[str, Any], shown: str) -> Baseline | None:
+    """A load report's acceptance: Σ accepted ÷ Σ drafted over its speculative phases (a
+    load report quotes throughput under its own traffic, no speedup headline)."""
+    drafted = accepted = 0.0
+    for ph in data.get("phases") or ():
+        if not isinstance(ph, dict) or ph.get("mode") != "spec":
+            continue
+        acc = ph.get("acceptance") or {}
+        drafted += float(acc.get("drafted") or 0)
+        accepted += float(acc.get("accepted") or 0)
+    if drafted <= 0:
+        return None
+    what = f"the speculative phases of a load run ({data.get('date')})"
+    return _rate(accepted, drafted, what, shown, "load", "a load report: no speedup headline")
+
+
+def tune_baseline(data: Mapping[str, Any], shown: str) -> Baseline | None:
+    """The acceptance of the settings a tune run chose (its winner, every workload)."""
+    winner = data.get("winner") if isinstance(data, Mapping) else None
+    pairs = (winner or {}).get("accepted_drafted") if isinstance(winner, Mapping) else None
+    if not isinstance(pairs, Mapping):
+        return None
+    accepted = sum(float(v[0]) for v in pairs.values() if isinstance(v, list | tuple))
+    drafted = sum(float(v[1]) for v in pairs.values() if isinstance(v, list | tuple))
+    if drafted <= 0:
+        return None
+    what = f"the tune run that chose these settings ({data.get('date')})"
+    return _rate(
+        accepted,
+        drafted,
+        what,
+        shown,
+        "tune",
+        "a tune report: its speedups are the recipe's measured result",
     )
