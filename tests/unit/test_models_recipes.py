@@ -673,7 +673,7 @@ def test_cli_renders_the_ngram_recipe_for_ik_at_its_default_pin(tmp_path: Path) 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # ik at 55d3c05 reads chats without Jinja: the built-in template by its name
     assert proc.stdout.splitlines()[0].endswith(
-        "-c 4096 -np 1 --chat-template deepseek --spec-type ngram-mod"
+        "-c 4096 -np 1 --chat-template deepseek --spec-type ngram-mod --metrics"
     )
     proc = cli(
         "recipe", "show", "deepseek-r1", "--engine", "ik_llama.cpp", "--backend", "cpu",
@@ -681,7 +681,8 @@ def test_cli_renders_the_ngram_recipe_for_ik_at_its_default_pin(tmp_path: Path) 
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = proc.stdout.splitlines()[0]
-    assert line.endswith("--draft-max 12 --draft-min 0 --draft-p-min 0.5") and "-ngl" not in line
+    assert line.endswith("--draft-max 12 --draft-min 0 --draft-p-min 0.5 --metrics")
+    assert "-ngl" not in line
     assert "dropped -ngl 99, -ngld 99, -ot exps=CPU" in " ".join(
         (proc.stdout + proc.stderr).split()
     )
@@ -700,7 +701,7 @@ def test_cli_renders_a_docker_run_line_with_the_models_mounted(tmp_path: Path) -
     assert run.endswith(" ghcr.io/llamaspec/llamaspec:llama.cpp-cpu \\")
     want = (  # the base model's GGUF has no chat template: upstream gets Gemma's by name
         "-m /models/gemma-3-270m-q4_k_m.gguf -c 4096 -np 1 --no-jinja --chat-template deepseek "
-        "--spec-type ngram-mod"
+        "--spec-type ngram-mod --metrics"
     )
     assert server.strip() == want
     image = "127.0.0.1:5000/team/llamaspec:mine"

@@ -55,8 +55,12 @@ def _report(path: Path, recipe: str, date: str, drafted: int, accepted: int, **e
 MEASURED = base.Baseline(0.8, True, "a report", 1.4, "geometric mean", "reports/x.json")
 
 
-def test_a_draft_recipe_gets_all_four_alerts_each_with_a_firing_and_a_quiet_test() -> None:
-    r = mon.render("gemma3-270m-self", ("draft",), "llama.cpp", mon.Settings(), MEASURED)
+CROSSOVER = (4, "measured at 1, 2, 4, 8 clients in reports/bench-x.json")
+
+
+def test_a_draft_recipe_gets_all_five_alerts_each_with_a_firing_and_a_quiet_test() -> None:
+    r = mon.render("gemma3-270m-self", ("draft",), "llama.cpp", mon.Settings(), MEASURED,
+                   CROSSOVER)  # fmt: skip
     assert r.alerts == mon.ALERTS and r.omitted == ()
     rules = _rules(r)
     assert [x["alert"] for x in rules] == list(mon.ALERTS)
@@ -80,6 +84,17 @@ def test_a_draft_recipe_gets_all_four_alerts_each_with_a_firing_and_a_quiet_test
     assert "NOT MEASURED" not in r.files[mon.RULES]
     record = json.loads(r.files[mon.RECORD])
     assert record["baseline"]["measured"] is True and record["baseline"]["speedup"] == 1.4
+    busy = next(x for x in rules if x["alert"] == mon.BUSY)
+    assert busy["expr"].endswith(">= 4") and "requests_processing" in busy["expr"]
+    assert "reports/bench-x.json" in busy["annotations"]["description"]
+    assert record["crossover"] == {"clients": 4, "source": CROSSOVER[1]}
+
+
+def test_without_a_measured_crossover_the_crossover_alert_is_left_out_and_says_why() -> None:
+    r = mon.render("gemma3-270m-self", ("draft",), "llama.cpp", mon.Settings(), MEASURED)
+    assert mon.BUSY not in r.alerts
+    assert dict(r.omitted)[mon.BUSY].startswith("no crossover measured for this recipe")
+    assert json.loads(r.files[mon.RECORD])["crossover"] is None
 
 
 def test_an_ngram_recipe_gets_no_draft_idle_alert_and_the_rendering_says_why() -> None:
@@ -101,8 +116,8 @@ def test_without_speculation_counters_no_spec_alert_or_panel_is_rendered(
 ) -> None:
     r = mon.render("qwen3.5-27b-mtp", types, engine, mon.Settings(), MEASURED)
     assert r.alerts == (mon.DOWN, mon.DEFERRED) and r.baseline is None and r.threshold is None
-    assert {a for a, _ in r.omitted} == {mon.IDLE, mon.LOW}
-    assert all(w.startswith(why) for _, w in r.omitted)
+    assert {a for a, _ in r.omitted} == {mon.IDLE, mon.LOW, mon.BUSY}
+    assert all(w.startswith(why) for a, w in r.omitted if a != mon.BUSY)
     assert "No speculation alerts, so no acceptance baseline." in r.files[mon.RULES]
     board = json.loads(r.files[mon.DASHBOARD])
     assert "spec_decode" not in json.dumps(board)

@@ -372,7 +372,7 @@ def cmd_recipe_show(args: argparse.Namespace, console: Console) -> None:
         )
         print(line, end="")
         return
-    from llamaspec.runtime.serve import recipe_command
+    from llamaspec.runtime.serve import clients_note, recipe_command
 
     shown = recipe_command(args.recipe, _render_options(args), console)
     recipe, cmd = shown.recipe, shown.cmd
@@ -384,6 +384,9 @@ def cmd_recipe_show(args: argparse.Namespace, console: Console) -> None:
         print(cmd.shell())
     for note in cmd.notes:
         console.print(f"note: {note}", style="dim")
+    many = clients_note(recipe, cmd.argv)
+    if many:
+        console.print(f"note: {many}", style="dim")
     if shown.missing:
         console.print(
             f"note: models not downloaded yet; `llamaspec models pull {recipe.pair}` fetches "

@@ -55,6 +55,7 @@ from llamaspec.config.patches import (
 from llamaspec.config.prompts import MAX_N_PREDICT, ChatMessage, PromptLine, load_prompts
 from llamaspec.config.recipes import (
     SPEC_TYPES,
+    Crossover,
     Measured,
     Placement,
     Recipe,
@@ -72,6 +73,7 @@ __all__ = [
     "SHA256",
     "SPEC_TYPES",
     "ChatMessage",
+    "Crossover",
     "CudaToolkitLock",
     "CudaWheel",
     "CudaWheelFile",

@@ -123,6 +123,16 @@ class ServerSettings(Frozen):
         return self
 
 
+class Crossover(Frozen):
+    """Where speculation stops paying with many clients, from a bench report measured at
+    several client counts (perf.crossover): the lowest count where it loses, None when it
+    won at every count measured."""
+
+    clients: int | None = Field(ge=1)
+    measured: tuple[int, ...] = Field(min_length=2)  # the client counts the report measured
+    report: RelPath
+
+
 class Measured(Frozen):
     """What this project measured itself, and the report that holds the numbers.
 
@@ -134,6 +144,7 @@ class Measured(Frozen):
     date: dt.date | None = None
     result: str = Field(min_length=1)
     report: RelPath
+    crossover: Crossover | None = None  # speed by client count, where it was measured
 
 
 class Reported(Frozen):

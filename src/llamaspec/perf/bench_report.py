@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from llamaspec.perf import reliability
+from llamaspec.perf import crossover, reliability
 
 
 @dataclass(frozen=True)
@@ -352,6 +352,9 @@ def markdown(report: Mapping[str, Any]) -> str:
             pos = ", ".join(f"{x:.2f}" for x in s["acceptance_by_position"][:12]) or "—"
             hist = ", ".join(map(str, s["accepted_length_histogram"][:17])) or "—"
             md.append(f"| {w['workload']} | {pos} | {hist} | {s['where_the_rest_goes']} |")
+    priced = crossover.price(report)
+    if priced is not None:
+        md += crossover.markdown(priced)
     return "\n".join(md) + "\n"
 
 

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,6 +38,7 @@ from llamaspec.errors import LlamaspecError
 from llamaspec.models import dialects
 from llamaspec.netaddr import AddressError, check_endpoint
 from llamaspec.perf.monitoring_baseline import Baseline, find_baseline, given_baseline
+from llamaspec.perf.monitoring_write import write_files
 
 RULES = "llamaspec-alerts.yml"
 RULES_TEST = "llamaspec-alerts.test.yml"
@@ -49,15 +48,16 @@ DASHBOARD = "grafana-dashboard.json"
 RECORD = "llamaspec-monitoring.json"
 FILES = (RULES, RULES_TEST, SCRAPE, SCRAPE_COMPOSE, DASHBOARD, RECORD)
 
-DOWN, DEFERRED, IDLE, LOW = (
+DOWN, DEFERRED, IDLE, LOW, BUSY = (
     "LlamaServerDown",
     "LlamaSpecRequestsDeferred",
     "LlamaSpecDraftIdle",
     "LlamaSpecAcceptanceLow",
+    "LlamaSpecAboveCrossover",
 )
-ALERTS = (DOWN, DEFERRED, IDLE, LOW)
+ALERTS = (DOWN, DEFERRED, IDLE, LOW, BUSY)
 # each alert's `for:` by default (Settings.hold overrides them all)
-DEFAULT_FOR = {DOWN: "1m", DEFERRED: "5m", IDLE: "5m", LOW: "15m"}
+DEFAULT_FOR = {DOWN: "1m", DEFERRED: "5m", IDLE: "5m", LOW: "15m", BUSY: "15m"}
 # engines whose llama-server exports llamacpp:spec_decode_* (runtime/metrics.py)
 COUNTING_ENGINES = frozenset({"llama.cpp"})
 # draft tokens a window needs before its acceptance is judged (a few drafts say little)
@@ -168,19 +168,23 @@ class Rendering:
     files: Mapping[str, str] = field(default_factory=dict)
 
 
-def choose_alerts(types: Sequence[str], engine: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """The alerts that make sense for a recipe with spec `types` on `engine`, and why each
-    other one is left out."""
+def choose_alerts(
+    types: Sequence[str], engine: str, crossover: int | None = None
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The alerts that make sense for a recipe with spec `types` on `engine` (and its
+    measured `crossover`, the client count where speculation loses), and why each other
+    one is left out."""
     kept, omitted = [DOWN, DEFERRED], []
     if not types:
         why = "the recipe has no speculation"
-        return kept, [(IDLE, why), (LOW, why)]
+        return kept, [(IDLE, why), (LOW, why), (BUSY, why)]
     if engine not in COUNTING_ENGINES:
         why = f"{engine}'s llama-server exports no speculation counters (/metrics)"
-        return kept, [(IDLE, why), (LOW, why)]
-    if set(types) & dialects.DRAFTING_TYPES:
-        kept.append(IDLE)
+        omitted += [(IDLE, why), (LOW, why)]
+    elif set(types) & dialects.DRAFTING_TYPES:
+        kept += [IDLE, LOW]
     else:
+        kept.append(LOW)
         omitted.append(
             (
                 IDLE,
@@ -188,7 +192,11 @@ def choose_alerts(types: Sequence[str], engine: str) -> tuple[list[str], list[tu
                 "model or MTP heads), so a while without drafts is not a fault",
             )
         )
-    kept.append(LOW)
+    if crossover is None:
+        omitted.append((BUSY, "no crossover measured for this recipe (bench it at several "
+                        "client counts), or speculation won at every count measured"))  # fmt: skip
+    else:
+        kept.append(BUSY)
     return kept, omitted
 
 
@@ -232,12 +240,18 @@ def _dump(data: Any) -> str:
 
 
 def render(
-    recipe: str, types: Sequence[str], engine: str, settings: Settings, baseline: Baseline
+    recipe: str,
+    types: Sequence[str],
+    engine: str,
+    settings: Settings,
+    baseline: Baseline,
+    crossover: tuple[int, str] | None = None,
 ) -> Rendering:
-    """Every file for `recipe` (spec `types` after `engine`'s overrides) on `engine`."""
+    """Every file for `recipe` (spec `types` after `engine`'s overrides) on `engine`;
+    `crossover`: the client count where its speculation loses, and where that was measured."""
     settings.check()
     job = settings.job or f"llamaspec-{recipe}"
-    kept, omitted = choose_alerts(types, engine)
+    kept, omitted = choose_alerts(types, engine, crossover[0] if crossover else None)
     spec = LOW in kept
     threshold = round(baseline.acceptance * settings.fraction, 4) if spec else None
     values = {
@@ -255,6 +269,9 @@ def render(
         "FOR_DEFERRED": settings.for_(DEFERRED),
         "FOR_IDLE": settings.for_(IDLE),
         "FOR_ACCEPTANCE": settings.for_(LOW),
+        "FOR_CROSSOVER": settings.for_(BUSY),
+        "CROSSOVER": str(crossover[0]) if crossover else "0",
+        "CROSSOVER_SOURCE": crossover[1] if crossover else "",
     }
     rules = yaml.safe_load(_fill(_template("alerts.yml"), values, "alerts.yml"))
     group = rules["groups"][0]
@@ -262,7 +279,8 @@ def render(
     head = _header(recipe, engine, kept, omitted, baseline if spec else None, settings)
     files = {
         RULES: head + _dump(rules),
-        RULES_TEST: head + _dump(_tests(group["rules"], job, settings, threshold, baseline)),
+        RULES_TEST: head
+        + _dump(_tests(group["rules"], job, settings, threshold, baseline, crossover)),
         SCRAPE: head + _dump(_scrape(job, settings, settings.target)),
         SCRAPE_COMPOSE: head + _dump(_scrape(job, settings, "llama-server:8080")),
         DASHBOARD: _dashboard(values, spec, head) + "\n",
@@ -275,6 +293,7 @@ def render(
         "omitted": [{"alert": a, "why": w} for a, w in omitted],
         "baseline": asdict(baseline) | {"kind": baseline.kind} if spec else None,
         "threshold": threshold,
+        "crossover": {"clients": crossover[0], "source": crossover[1]} if crossover else None,
         "settings": asdict(settings) | {"for": {a: settings.for_(a) for a in kept}},
         "files": sorted(files),
     }
@@ -313,7 +332,14 @@ def for_recipe(
     if recipe.measured is not None and Path(recipe.measured.report).name.startswith("tune-"):
         tuned_by = root / recipe.measured.report
     baseline = find_baseline(recipe.name, engine, folders, root, report, acceptance, tuned_by)
-    return render(recipe.name, types, engine, settings, baseline)
+    cross = recipe.measured.crossover if recipe.measured is not None else None
+    where = (
+        f"measured at {', '.join(map(str, cross.measured))} clients in {cross.report}"
+        if cross is not None and cross.clients is not None
+        else ""
+    )
+    crossover = (cross.clients, where) if cross is not None and cross.clients else None
+    return render(recipe.name, types, engine, settings, baseline, crossover)
 
 
 def _header(
@@ -388,6 +414,7 @@ def _tests(
     settings: Settings,
     threshold: float | None,
     baseline: Baseline,
+    crossover: tuple[int, str] | None = None,
 ) -> dict:
     step = settings.scrape_interval
     step_s = seconds(step, "--scrape-interval")
@@ -398,7 +425,7 @@ def _tests(
     for rule in rules:
         alert = rule["alert"]
         hold = seconds(str(rule.get("for", "0s")), "for")
-        window = seconds(settings.window, "--window") if alert in (IDLE, LOW) else 0
+        window = seconds(settings.window, "--window") if alert in (IDLE, LOW, BUSY) else 0
         at = window + hold + 3 * step_s
         n = int(at // step_s) + 2
         when = f"{int(at)}s"
@@ -439,6 +466,12 @@ def _tests(
                 (f"{good} of every 100 drafted tokens accepted (the baseline)",
                  {drafted: f"0+100x{n}", accepted: f"0+{good}x{n}"}, None, False),
             ]  # fmt: skip
+        elif alert == BUSY and crossover is not None:
+            name, c = "llamacpp:requests_processing", crossover[0]
+            cases = [
+                (f"{c} requests busy all along", {name: f"{c}x{n}"}, float(c), True),
+                (f"{c - 1} requests busy all along", {name: f"{c - 1}x{n}"}, None, False),
+            ]
         for what, series, value, fires in cases:
             got = {"alertname": alert, **labels, **rule.get("labels", {})}
             expected = []
@@ -467,48 +500,9 @@ def _tests(
 # --- writing, and the compose file -----------------------------------------------------------
 
 
-def out_dir(out: Path) -> Path:
-    """`--out DIR` as a directory to write into, created if missing; one paragraph if not."""
-    if out.exists() and not out.is_dir():
-        raise LlamaspecError(
-            f"--out {out} is a file, not a directory: give a directory for the rendered rules, "
-            "dashboard and scrape config (it is created if missing)."
-        )
-    parent = next((p for p in (out, *out.parents) if p.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise LlamaspecError(f"--out {out} lies under {parent}, which is a file, not a directory.")
-    if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
-        raise LlamaspecError(
-            f"--out {out} cannot be written: {parent} is not writable by this user. Give a "
-            "directory you can write to."
-        )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise LlamaspecError(
-            f"--out {out} cannot be created ({exc.strerror or exc}). Give a directory you can "
-            "write to."
-        ) from None
-    return out
-
-
 def write(rendering: Rendering, out: Path) -> list[Path]:
-    """Every file of `rendering` into `out`, each one atomically (a temporary file in `out`,
-    then renamed over the old one)."""
-    out = out_dir(out)
-    written = []
-    for name, text in rendering.files.items():
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, out / name)
-        except OSError as exc:
-            Path(tmp).unlink(missing_ok=True)
-            raise LlamaspecError(f"Cannot write {out / name}: {exc.strerror or exc}.") from None
-        written.append(out / name)
-    return written
+    """Every file of `rendering` into `out`, each one atomically (perf.monitoring_write)."""
+    return write_files(rendering.files, out)
 
 
 def read_record(folder: Path, recipe: str) -> dict:

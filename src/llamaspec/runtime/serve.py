@@ -196,6 +196,27 @@ def capacity(argv: Sequence[str]) -> str:
     return f"{served}; prompt cache in host memory: {bound}"
 
 
+def clients_note(recipe: config.Recipe, argv: Sequence[str]) -> str | None:
+    """Where the recipe's speculation stops paying with many clients (its measured
+    crossover), and whether this command's slots reach it; None where it was not measured."""
+    measured = recipe.measured
+    cross = measured.crossover if measured is not None else None
+    if cross is None:
+        return None
+    counts = ", ".join(map(str, cross.measured))
+    where = f"measured at {counts} clients on {measured.hardware} ({cross.report})"
+    if cross.clients is None:
+        return f"many clients: speculation paid at every client count {where}"
+    text = (
+        f"many clients: speculation loses from {cross.clients} busy slots on, {where}; "
+        "above that plain decoding is faster"
+    )
+    slots = argv[argv.index("-np") + 1] if "-np" in argv[:-1] else None
+    if slots is not None and int(slots) >= cross.clients:
+        text += f". This command serves {slots} slots, so a busy server reaches it"
+    return text
+
+
 def with_metrics(cmd: ServerCommand, help_text: str | None) -> ServerCommand:
     """`cmd` with the server's Prometheus endpoint on (`--metrics`): the alert rules of
     `recipe monitor` and the speculation gate read it. Left out only where the build's
@@ -286,6 +307,9 @@ def serve(
     argv = list(cmd.argv)
     console.print(f"serve: {shlex.join(argv)}")
     console.print(f"serve: {capacity(argv)}")
+    note = clients_note(recipe, argv)
+    if note:
+        console.print(f"serve: {note}")
     console.print(f"serve: listening on {listening(opts.host, opts.port)} (Ctrl-C stops it)")
     if restart is not None:
         console.print(

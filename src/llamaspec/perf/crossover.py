@@ -1,0 +1,150 @@
+"""Speculation priced by concurrency: speed at each client count of a bench report and the
+crossover, the client count from which speculation loses.
+
+A bench report measures every workload at each client count it was given (`--concurrency`),
+plain and speculative in turn within each repetition, first exposure (bench's reliability
+check judges the run). Here, per client count: the summed tokens per second of plain and
+speculative decoding over the workloads, the speedup (the geometric mean of the workloads'
+speedups) and the range of the per-repetition speedups; the crossover is the lowest client
+count whose speedup is below 1 (None when speculation wins at every count measured), and a
+loss whose repetitions straddle 1 says so (within the run's noise). perf.bench_report puts
+it into the report; a recipe's measured data (`measured.crossover`) quotes it, and `recipe
+show`, `serve` and `recipe monitor` use it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from llamaspec.perf import reliability
+
+
+@dataclass(frozen=True)
+class Level:
+    """One client count of a bench report."""
+
+    clients: int
+    workloads: int
+    plain_tps: float  # summed over the workloads' medians
+    spec_tps: float
+    speedup: float  # geometric mean of the workloads' speedups
+    low: float  # the lowest and highest per-repetition speedup of any workload
+    high: float
+
+    @property
+    def loses(self) -> bool:
+        return self.speedup < 1.0
+
+    @property
+    def within_noise(self) -> bool:
+        """Whether the repetitions put this level on both sides of 1."""
+        return self.low < 1.0 < self.high
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """Speed by client count and the crossover, from one bench report."""
+
+    levels: tuple[Level, ...]
+    crossover: int | None  # the lowest client count where speculation loses; None: none
+    reliable: bool
+
+    @property
+    def pays_up_to(self) -> int | None:
+        """The highest client count below the crossover (None when it loses at the first)."""
+        below = [
+            lv.clients
+            for lv in self.levels
+            if self.crossover is None or lv.clients < self.crossover
+        ]
+        return max(below) if below else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "levels": [asdict(lv) for lv in self.levels],
+            "crossover": self.crossover,
+            "pays_up_to": self.pays_up_to,
+            "reliable": self.reliable,
+        }
+
+    def sentence(self) -> str:
+        """What a user reads: where speculation pays, where it loses."""
+        shown = ", ".join(f"{lv.clients}: {lv.speedup:.2f}×" for lv in self.levels)
+        if self.crossover is None:
+            text = f"speculation pays at every client count measured ({shown})"
+        elif self.pays_up_to is None:
+            text = f"speculation loses from {self.crossover} client(s) on ({shown})"
+        else:
+            text = (
+                f"speculation pays up to {self.pays_up_to} client(s) and loses from "
+                f"{self.crossover} ({shown})"
+            )
+        return text + ("" if self.reliable else "; from a run marked unreliable")
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def price(report: Mapping[str, Any]) -> Pricing | None:
+    """The pricing of a bench report with two client counts or more (None otherwise, or
+    where a count has no speedup measured)."""
+    counts = sorted({int(w["concurrency"]) for w in report.get("workloads", ())})
+    if len(counts) < 2:
+        return None
+    levels = []
+    for k in counts:
+        cells = [w for w in report["workloads"] if int(w["concurrency"]) == k]
+        speedups = [float(w["summary"]["speedup"]) for w in cells if w["summary"].get("speedup")]
+        if not speedups:
+            return None
+        reps = [x for w in cells for x in reliability.cell_speedups(w)] or speedups
+        levels.append(
+            Level(
+                k,
+                len(cells),
+                round(sum(float(w["summary"]["plain_tps_median"]) for w in cells), 2),
+                round(sum(float(w["summary"]["spec_tps_median"]) for w in cells), 2),
+                round(_geomean(speedups), 3),
+                round(min(reps), 3),
+                round(max(reps), 3),
+            )
+        )
+    crossover = next((lv.clients for lv in levels if lv.loses), None)
+    verdict = report.get("reliability") or {}
+    return Pricing(tuple(levels), crossover, bool(verdict.get("reliable", False)))
+
+
+def markdown(p: Pricing) -> list[str]:
+    """The report's "many clients" section."""
+    rows = [
+        f"| {lv.clients} | {lv.plain_tps:.1f} | {lv.spec_tps:.1f} | {lv.speedup:.2f}× | "
+        f"{lv.low:.2f}–{lv.high:.2f}× | "
+        + ("loses" + (" (within noise)" if lv.within_noise else "") if lv.loses else "pays")
+        + " |"
+        for lv in p.levels
+    ]
+    return [
+        "",
+        "## Many clients",
+        "",
+        "Tokens per second summed over the workloads (first exposure, medians), the speedup "
+        "as the geometric mean of the workloads' speedups, and the range of every "
+        "repetition's own speedup.",
+        "",
+        "| clients | plain tok/s | speculative tok/s | speedup | repetitions | |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "Crossover: "
+        + (
+            f"**{p.crossover} clients**, the lowest count where speculation loses"
+            if p.crossover is not None
+            else "none: speculation pays at every count measured"
+        )
+        + ("" if p.reliable else " (the run is marked unreliable: see its verdict)")
+        + ".",
+    ]
