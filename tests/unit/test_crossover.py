@@ -88,3 +88,40 @@ def test_show_and_serve_say_where_speculation_stops_paying() -> None:
     assert "paid at every client count" in (clients_note(_recipe(None), []) or "")
     bare = Recipe(name="r", pair="p", description="d", spec=SpecSettings(types=("draft",)))
     assert clients_note(bare, []) is None
+
+
+def test_every_recipe_crossover_is_its_reports() -> None:
+    """A recipe's `measured.crossover` is what its bench report gives, at the counts it
+    measured (so a re-measured report and the recipe cannot drift apart)."""
+    import json
+    from pathlib import Path
+
+    from llamaspec.config import load_recipes
+
+    root = Path(__file__).resolve().parents[2]
+    for recipe in load_recipes(root).values():
+        cross = recipe.measured.crossover if recipe.measured else None
+        if cross is None:
+            continue
+        priced = crossover.price(json.loads((root / cross.report).read_text()))
+        assert priced is not None, recipe.name
+        assert priced.crossover == cross.clients, recipe.name
+        assert tuple(lv.clients for lv in priced.levels) == cross.measured, recipe.name
+
+
+def test_the_batching_model_prices_each_client_count_from_the_cost_model() -> None:
+    r = _report()
+    for c in r["workloads"]:
+        c["summary"].update(drafts=10, drafted=40, accepted=30)  # g = 4, E = 3
+    assert crossover.predict(r, [1, 2]) == {}  # no cost model: nothing modelled
+    r["cost_model"] = {"verify_ratio": {"2": 1.2, "5": 1.5, "9": 2.3}, "draft_cost_ratio": 0.1}
+    model = crossover.predict(r, [1, 2, 4, 8])
+    # k = 1: (3 + 1) · 1 / (R(5) + 1·4·0.1) = 4 / 1.9
+    assert model[1] == round(4 / 1.9, 3)
+    # k = 2: R(2) = 1.2; R(10) extends the last slope (0.2 a token): 2.5; drafting 2·4·0.1
+    assert model[2] == round(4 * 1.2 / (2.5 + 0.8), 3)
+    assert model[1] > model[2] > model[4] > model[8]
+    p = crossover.price(r)
+    assert p is not None and p.priced and p.levels[0].predicted == model[1]
+    assert p.predicted_crossover == next(k for k in (1, 2, 4, 8) if model[k] < 1)
+    assert "Modelled (not measured)" in "\n".join(crossover.markdown(p))

@@ -14,6 +14,7 @@ show`, `serve` and `recipe monitor` use it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -33,6 +34,7 @@ class Level:
     speedup: float  # geometric mean of the workloads' speedups
     low: float  # the lowest and highest per-repetition speedup of any workload
     high: float
+    predicted: float | None = None  # the batching model's speedup (`predict`), where priced
 
     @property
     def loses(self) -> bool:
@@ -51,6 +53,8 @@ class Pricing:
     levels: tuple[Level, ...]
     crossover: int | None  # the lowest client count where speculation loses; None: none
     reliable: bool
+    predicted_crossover: int | None = None  # the model's; None: it predicts none (or no model)
+    priced: bool = False  # whether the report had the cost model the prediction needs
 
     @property
     def pays_up_to(self) -> int | None:
@@ -68,6 +72,8 @@ class Pricing:
             "crossover": self.crossover,
             "pays_up_to": self.pays_up_to,
             "reliable": self.reliable,
+            "predicted_crossover": self.predicted_crossover,
+            "priced": self.priced,
         }
 
     def sentence(self) -> str:
@@ -113,9 +119,67 @@ def price(report: Mapping[str, Any]) -> Pricing | None:
                 round(max(reps), 3),
             )
         )
+    predicted = predict(report, counts)
+    levels = [Level(**{**asdict(lv), "predicted": predicted.get(lv.clients)}) for lv in levels]
     crossover = next((lv.clients for lv in levels if lv.loses), None)
+    guess = next((k for k in counts if predicted.get(k, 1.0) < 1.0), None)
     verdict = report.get("reliability") or {}
-    return Pricing(tuple(levels), crossover, bool(verdict.get("reliable", False)))
+    return Pricing(
+        tuple(levels), crossover, bool(verdict.get("reliable", False)), guess, bool(predicted)
+    )
+
+
+def _curve(cost_model: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """The cost of evaluating n tokens in one step relative to one, as the cost model
+    measured it: verification steps where the build could time them, else prompt batches."""
+    raw = cost_model.get("verify_ratio") or cost_model.get("batch_ratio") or {}
+    points = {1.0: 1.0, **{float(k): float(v) for k, v in raw.items()}}
+    return sorted(points.items())
+
+
+def _cost(curve: list[tuple[float, float]], n: float) -> float:
+    """`curve` at n tokens: linear between measured points, and past the last one along
+    the slope of the last two (the measured range ends at the draft length + 1)."""
+    for (x0, y0), (x1, y1) in itertools.pairwise(curve):
+        if n <= x1:
+            return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+    (x0, y0), (x1, y1) = curve[-2], curve[-1]
+    return y1 + max((y1 - y0) / (x1 - x0), 0.0) * (n - x1)
+
+
+def predict(report: Mapping[str, Any], counts: Sequence[int]) -> dict[int, float]:
+    """The batching model's speedup at each client count (empty without a cost model).
+
+    At k busy slots a plain step evaluates k tokens in one batch (cost R(k), R the cost
+    model's curve, R(1) = 1) and yields k tokens; a speculative step verifies g drafted
+    tokens plus one per slot, k(g + 1) tokens in one batch, drafts them at c per drafted
+    token slot by slot (the server drafts for one slot at a time: k·g·c), and yields E + 1
+    tokens per slot. So speedup(k) = (E + 1)·R(k) / (R(k(g + 1)) + k·g·c), with E and g
+    (accepted and drafted per step) from each workload's one-client cell, and the geometric
+    mean over the workloads. An n-gram drafter costs nothing (c = 0)."""
+    cm = report.get("cost_model") or {}
+    curve = _curve(cm)
+    if len(curve) < 2:
+        return {}
+    c = float(cm.get("draft_cost_ratio") or 0.0)
+    low = min(counts)
+    cells = [
+        w["summary"]
+        for w in report.get("workloads", ())
+        if int(w["concurrency"]) == low and (w["summary"].get("drafts") or 0) > 0
+    ]
+    if not cells:
+        return {}
+    out = {}
+    for k in counts:
+        per = []
+        for s in cells:
+            g = float(s["drafted"]) / float(s["drafts"])
+            e = float(s["accepted"]) / float(s["drafts"])
+            plain = _cost(curve, k)
+            per.append((e + 1) * plain / (_cost(curve, k * (g + 1)) + k * g * c))
+        out[k] = round(_geomean(per), 3)
+    return out
 
 
 def markdown(p: Pricing) -> list[str]:
@@ -124,7 +188,7 @@ def markdown(p: Pricing) -> list[str]:
         f"| {lv.clients} | {lv.plain_tps:.1f} | {lv.spec_tps:.1f} | {lv.speedup:.2f}× | "
         f"{lv.low:.2f}–{lv.high:.2f}× | "
         + ("loses" + (" (within noise)" if lv.within_noise else "") if lv.loses else "pays")
-        + " |"
+        + f" | {'–' if lv.predicted is None else f'{lv.predicted:.2f}×'} |"
         for lv in p.levels
     ]
     return [
@@ -135,8 +199,8 @@ def markdown(p: Pricing) -> list[str]:
         "as the geometric mean of the workloads' speedups, and the range of every "
         "repetition's own speedup.",
         "",
-        "| clients | plain tok/s | speculative tok/s | speedup | repetitions | |",
-        "|---|---|---|---|---|---|",
+        "| clients | plain tok/s | speculative tok/s | speedup | repetitions | | modelled |",
+        "|---|---|---|---|---|---|---|",
         *rows,
         "",
         "Crossover: "
@@ -146,5 +210,15 @@ def markdown(p: Pricing) -> list[str]:
             else "none: speculation pays at every count measured"
         )
         + ("" if p.reliable else " (the run is marked unreliable: see its verdict)")
-        + ".",
+        + ". "
+        + (
+            "Modelled (not measured): the cost model's step costs priced for k busy slots "
+            "(a plain step evaluates k tokens in one batch, a speculative one k × (drafted + "
+            "1), drafting slot by slot), with each workload's one-client acceptance; past "
+            "the largest batch the cost model timed it extends the last slope. Its "
+            "crossover: "
+            + (f"{p.predicted_crossover} clients." if p.predicted_crossover else "none.")
+            if p.priced
+            else "No modelled column: the run had no cost model (`--no-cost-model`)."
+        ),
     ]

@@ -249,19 +249,6 @@ def _stream(
 # --- preparing: prompts and the sequential reference --------------------------------------
 
 
-def slot_ctx(server: Server) -> int | None:
-    """The context a slot really has (/slots `n_ctx`; the engine rounds small ones up)."""
-    try:
-        reply = loopback.get(server.url + "/slots", 10)
-        slots = reply.json() if reply.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
-    if isinstance(slots, list) and slots and isinstance(slots[0], dict):
-        n = slots[0].get("n_ctx")
-        return int(n) if isinstance(n, int) and n > 0 else None
-    return None
-
-
 def sized_prompts(
     server: Server, ctx: int, plan: LoadPlan, left_out: list[str]
 ) -> list[LoadPrompt]:
@@ -526,7 +513,7 @@ def execute(
         + (" and answering each once, sequentially (the reference)" if exact is None else "")
     )
     with running(artifact.server, prep, logs / "reference.log", plan.ready_timeout) as srv:
-        given = slot_ctx(srv)
+        given = srv.slot_ctx()
         if given and given != run.ctx:
             console.print(
                 f"load: the server gives a slot {given} tokens of context (asked {run.ctx}); "

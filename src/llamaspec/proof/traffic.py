@@ -109,14 +109,27 @@ class References:
     request_s: float  # mean seconds of one sequential plain answer
 
 
-def long_version(p: Prompt) -> Prompt:
-    return replace(p, name=f"{p.name}+preamble", text=PREAMBLE + p.text, messages=())
+def long_version(p: Prompt, preamble: str = PREAMBLE) -> Prompt:
+    return replace(p, name=f"{p.name}+preamble", text=preamble + p.text, messages=())
+
+
+def _fitted(server: Server, p: Prompt, ctx: int | None) -> Prompt:
+    """`p` behind as much of the preamble as the slot's context leaves room for (a small
+    reference model's slot may hold a few hundred tokens only)."""
+    if ctx is None:
+        return long_version(p)
+    room = ctx - len(server.tokenize(p.text)) - p.n_predict - 8
+    words = PREAMBLE.split(" ")
+    while words and len(server.tokenize(" ".join(words), add_special=False)) > room:
+        words = words[: len(words) * 3 // 4]
+    return long_version(p, " ".join(words) + " " if words else "")
 
 
 def references(server: Server, prompts: Sequence[Prompt]) -> References:
     """Sequential plain answers (on the reference server) to the prompts and their long
     versions, timed: the schedule paces arrivals by them."""
-    every = (*prompts, *(long_version(p) for p in prompts))
+    ctx = server.slot_ctx()
+    every = (*prompts, *(_fitted(server, p, ctx) for p in prompts))
     t0 = time.monotonic()
     answers = tuple(complete(server, p) for p in every)
     for p, a in zip(every, answers, strict=True):

@@ -147,6 +147,19 @@ class Server:
     def detokenize(self, tokens: Sequence[int]) -> str:
         return str(self.post("/detokenize", {"tokens": list(tokens)}).get("content", ""))
 
+    def slot_ctx(self) -> int | None:
+        """The context a slot really has (/slots `n_ctx`; the engine rounds a small one up
+        and caps it at the model's training context); None where /slots does not say."""
+        try:
+            reply = loopback.get(self.url + "/slots", 10)
+            slots = reply.json() if reply.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        if isinstance(slots, list) and slots and isinstance(slots[0], dict):
+            n = slots[0].get("n_ctx")
+            return int(n) if isinstance(n, int) and n > 0 else None
+        return None
+
     def metrics(self) -> dict[str, float]:
         """The Prometheus counters of /metrics (server started with --metrics), by name."""
         try:
