@@ -74,7 +74,7 @@ def test_the_traffic_mode_fails_a_server_that_accepts_drafts_by_coin_flip(
     model = embedded_model(say.print)
     ref = reference_copy(model, EMBEDDED_SHA256, say.print).path
     help_text = server_help(upstream_artifact.server)
-    synth = dialects.synthetic_steps("llama.cpp", help_text, 4, (0.5, 0.25, 0.125, 0.0625))
+    synth = dialects.synthetic_steps("upstream", help_text, 4, (0.5, 0.25, 0.125, 0.0625))
     assert synth is not None
     base = (*base_args(ref, ctx=4096, slots=1), *determinism_args(help_text))
     coin = Method("coin-flip", tuple(synth))

@@ -63,6 +63,7 @@ from llamaspec.runtime import loopback, metrics
 from llamaspec.runtime.client import Server, running, server_help
 
 SAMPLE_S = 1.0  # the sampler's period
+IDLE_S = 5.0  # after a phase's last request, its server's memory is sampled this long, idle
 RETRIES = 3  # times a request refused while the server was down is sent again
 FILLER = (
     "Notes from the harbour log: the tide turned at {i} past the hour, two trawlers came "
@@ -82,6 +83,7 @@ class PhaseRun:
     ended: float = 0.0
     records: list[Record] = field(default_factory=list)
     rss: list[tuple[float, float]] = field(default_factory=list)  # (run clock, MB)
+    rss_idle: list[float] = field(default_factory=list)  # MB, idle after the last request
     spec: dict[str, float] = field(default_factory=dict)  # drafts, drafted, accepted
     accept: list[tuple[float, float, float]] = field(default_factory=list)  # cumulative
     counters_available: bool = False
@@ -463,6 +465,10 @@ def run_phase(
         driver.stop.set()
         for t in side:
             t.join()
+        for _ in range(int(IDLE_S / SAMPLE_S)):  # what the server keeps once the load is gone
+            time.sleep(SAMPLE_S)
+            if (mb := holder.rss_mb()) is not None:
+                ph.rss_idle.append(round(mb, 2))
         first_of_mode = not any(p.mode == ph.mode for p in run.phases[: run.phases.index(ph)])
         if plan.fault("stall") and first_of_mode and holder.server is not None:
             fits = [p for p in run.prompts if p.kind in ("workload", "near-limit")]

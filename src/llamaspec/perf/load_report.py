@@ -90,6 +90,7 @@ def phase_json(ph: PhaseRun) -> dict[str, Any]:
         "rss_mb": {
             "samples": [list(s) for s in ph.rss],
             "max": max((mb for _, mb in ph.rss), default=None),
+            "idle_after": ph.rss_idle[-1] if ph.rss_idle else None,  # once the load was gone
             "slope_mb_per_min": None if slope is None else round(slope, 3),
             "slope_after_warmup_mb_per_min": None if warm is None else round(warm, 3),
         },
@@ -314,9 +315,17 @@ def over_time(report: Mapping[str, Any]) -> list[str]:
     for ph in report["phases"]:
         name = f"{MODE_NAMES[ph['mode']]} ×{ph['clients']}"
         warm = ph["rss_mb"].get("slope_after_warmup_mb_per_min")
+        idle = ph["rss_mb"].get("idle_after")
+        samples = ph["rss_mb"]["samples"]
         md.append(
             f"- {name}: RSS slope {ph['rss_mb']['slope_mb_per_min']} MB/min over the phase, "
             f"{warm} MB/min after its first {WARMUP_SHARE:.0%}"
+            + (
+                f"; {samples[0][1]} MB at the first sample, {ph['rss_mb']['max']} MB at most "
+                f"under load, {idle} MB idle after it"
+                if idle is not None and samples
+                else ""
+            )
         )
         win = [w for w in ph.get("acceptance_over_time") or () if w["rate"] is not None]
         if ph["mode"] == "spec" and win:
