@@ -85,7 +85,7 @@ def test_show_and_serve_say_where_speculation_stops_paying() -> None:
     assert "measured at 1, 2, 4, 8 clients on 2 cores (reports/bench-x.json)" in note
     assert note.endswith("This command serves 8 slots, so a busy server reaches it")
     assert "serves" not in (clients_note(_recipe(4), ["llama-server", "-np", "2"]) or "")
-    assert "paid at every client count" in (clients_note(_recipe(None), []) or "")
+    assert "paid at every count, measured at" in (clients_note(_recipe(None), []) or "")
     bare = Recipe(name="r", pair="p", description="d", spec=SpecSettings(types=("draft",)))
     assert clients_note(bare, []) is None
 
@@ -112,11 +112,12 @@ def test_every_recipe_crossover_is_its_reports() -> None:
 def test_the_batching_model_prices_each_client_count_from_the_cost_model() -> None:
     r = _report()
     for c in r["workloads"]:
-        c["summary"].update(drafts=10, drafted=40, accepted=30)  # g = 4, E = 3
+        # 10 steps (40 tokens, 30 of them accepted drafts): 4 tokens and 5 evaluated a step
+        c["summary"].update(tokens=40, drafts=10, drafted=40, accepted=30)
     assert crossover.predict(r, [1, 2]) == {}  # no cost model: nothing modelled
-    r["cost_model"] = {"verify_ratio": {"2": 1.2, "5": 1.5, "9": 2.3}, "draft_cost_ratio": 0.1}
+    r["cost_model"] = {"batch_ratio": {"2": 1.2, "5": 1.5, "9": 2.3}, "draft_cost_ratio": 0.1}
     model = crossover.predict(r, [1, 2, 4, 8])
-    # k = 1: (3 + 1) · 1 / (R(5) + 1·4·0.1) = 4 / 1.9
+    # k = 1: 4 · R(1) / (R(5) + 1·4·0.1) = 4 / 1.9
     assert model[1] == round(4 / 1.9, 3)
     # k = 2: R(2) = 1.2; R(10) extends the last slope (0.2 a token): 2.5; drafting 2·4·0.1
     assert model[2] == round(4 * 1.2 / (2.5 + 0.8), 3)

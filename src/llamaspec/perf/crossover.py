@@ -131,8 +131,11 @@ def price(report: Mapping[str, Any]) -> Pricing | None:
 
 def _curve(cost_model: Mapping[str, Any]) -> list[tuple[float, float]]:
     """The cost of evaluating n tokens in one step relative to one, as the cost model
-    measured it: verification steps where the build could time them, else prompt batches."""
-    raw = cost_model.get("verify_ratio") or cost_model.get("batch_ratio") or {}
+    measured it: its batches of k tokens after a cached prefix, timed at every k up to the
+    draft length + 1 (its verification steps, timed at seven lengths only, jumped from 0.93
+    at k = 2 to 2.54 at k = 3 on the 2-core machine: too coarse to price k-slot batches),
+    else those verification steps."""
+    raw = cost_model.get("batch_ratio") or cost_model.get("verify_ratio") or {}
     points = {1.0: 1.0, **{float(k): float(v) for k, v in raw.items()}}
     return sorted(points.items())
 
@@ -150,34 +153,34 @@ def _cost(curve: list[tuple[float, float]], n: float) -> float:
 def predict(report: Mapping[str, Any], counts: Sequence[int]) -> dict[int, float]:
     """The batching model's speedup at each client count (empty without a cost model).
 
-    At k busy slots a plain step evaluates k tokens in one batch (cost R(k), R the cost
-    model's curve, R(1) = 1) and yields k tokens; a speculative step verifies g drafted
-    tokens plus one per slot, k(g + 1) tokens in one batch, drafts them at c per drafted
-    token slot by slot (the server drafts for one slot at a time: k·g·c), and yields E + 1
-    tokens per slot. So speedup(k) = (E + 1)·R(k) / (R(k(g + 1)) + k·g·c), with E and g
-    (accepted and drafted per step) from each workload's one-client cell, and the geometric
-    mean over the workloads. An n-gram drafter costs nothing (c = 0)."""
+    From each workload's one-client cell: a slot generates `tokens` in S = tokens −
+    accepted steps (a step yields its accepted tokens and one more), so t = tokens ÷ S per
+    step, and evaluates v = 1 + drafted ÷ S tokens per step on average (a step without a
+    draft evaluates one). At k busy slots a plain step evaluates k tokens in one batch
+    (cost R(k), R the cost model's curve, R(1) = 1) and yields k; an average speculative
+    step evaluates k·v tokens in one batch, drafts k·(v − 1) tokens at c each slot by slot
+    (the server drafts for one slot at a time), and yields k·t. So
+    speedup(k) = t·R(k) / (R(k·v) + k·(v − 1)·c), the geometric mean over the workloads.
+    An n-gram drafter costs nothing (c = 0)."""
     cm = report.get("cost_model") or {}
     curve = _curve(cm)
     if len(curve) < 2:
         return {}
     c = float(cm.get("draft_cost_ratio") or 0.0)
     low = min(counts)
-    cells = [
-        w["summary"]
-        for w in report.get("workloads", ())
-        if int(w["concurrency"]) == low and (w["summary"].get("drafts") or 0) > 0
-    ]
-    if not cells:
+    steps = []
+    for w in report.get("workloads", ()):
+        s = w["summary"]
+        tokens, accepted = float(s.get("tokens") or 0), float(s.get("accepted") or 0)
+        if int(w["concurrency"]) == low and tokens > accepted:
+            n = tokens - accepted
+            steps.append((tokens / n, 1 + float(s.get("drafted") or 0) / n))
+    if not steps:
         return {}
     out = {}
     for k in counts:
-        per = []
-        for s in cells:
-            g = float(s["drafted"]) / float(s["drafts"])
-            e = float(s["accepted"]) / float(s["drafts"])
-            plain = _cost(curve, k)
-            per.append((e + 1) * plain / (_cost(curve, k * (g + 1)) + k * g * c))
+        plain = _cost(curve, k)
+        per = [t * plain / (_cost(curve, k * v) + k * (v - 1) * c) for t, v in steps]
         out[k] = round(_geomean(per), 3)
     return out
 
@@ -213,10 +216,10 @@ def markdown(p: Pricing) -> list[str]:
         + ". "
         + (
             "Modelled (not measured): the cost model's step costs priced for k busy slots "
-            "(a plain step evaluates k tokens in one batch, a speculative one k × (drafted + "
-            "1), drafting slot by slot), with each workload's one-client acceptance; past "
-            "the largest batch the cost model timed it extends the last slope. Its "
-            "crossover: "
+            "(a plain step evaluates k tokens in one batch; an average speculative step k "
+            "times the tokens one slot's average step evaluated, drafting slot by slot), "
+            "with each workload's one-client steps; past the largest batch the cost model "
+            "timed it extends the last slope. Its crossover: "
             + (f"{p.predicted_crossover} clients." if p.predicted_crossover else "none.")
             if p.priced
             else "No modelled column: the run had no cost model (`--no-cost-model`)."

@@ -206,10 +206,10 @@ def clients_note(recipe: config.Recipe, argv: Sequence[str]) -> str | None:
     counts = ", ".join(map(str, cross.measured))
     where = f"measured at {counts} clients on {measured.hardware} ({cross.report})"
     if cross.clients is None:
-        return f"many clients: speculation paid at every client count {where}"
+        return f"many clients: speculation paid at every count, {where}"
     text = (
         f"many clients: speculation loses from {cross.clients} busy slots on, {where}; "
-        "above that plain decoding is faster"
+        "there plain decoding is faster"
     )
     slots = argv[argv.index("-np") + 1] if "-np" in argv[:-1] else None
     if slots is not None and int(slots) >= cross.clients:
