@@ -555,7 +555,7 @@ def execute(
             ph = PhaseRun(len(run.phases), mode, clients, label)
             run.phases.append(ph)
             pb.update(task, description=f"load: {mode} ×{clients}")
-            log = logs / f"{mode}-np{clients}.log"
+            log = logs / f"{mode}-np{slots}-c{clients}.log"
             run_phase(
                 artifact, run, ph, args, log, left / (len(todo) - i), spent, pb, task, console.print
             )
