@@ -105,20 +105,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="context per slot in tokens (default: the recipe's)",
     )
-    p.add_argument(
-        "--slots",
-        type=shared.whole(1, 256, "slots"),
-        metavar="N",
-        help="every phase's server slots, whatever its client count (default: one per "
-        "client); more clients than slots queue, as on a server a user sizes",
-    )
-    p.add_argument(
-        "--cache-ram",
-        type=shared.whole(0, 1 << 20, "MiB"),
-        metavar="MIB",
-        help="the servers' prompt-cache memory in MiB, 0 for none (default: the server's "
-        "own, 8192 at the upstream pin)",
-    )
+    shared.add_slots(p, "one per client; more clients than slots queue")
     p.add_argument(
         "--threads",
         "-t",

@@ -213,25 +213,12 @@ def _target_args(p: argparse.ArgumentParser, default: str) -> None:
     )
     p.add_argument("--host", type=shared.host, default="127.0.0.1")
     p.add_argument("--port", type=shared.port, default=8080)
-    p.add_argument(
-        "--slots",
-        type=shared.whole(1, 256, "slots"),
-        metavar="N",
-        help="server slots, requests served at once (default: the recipe's); each keeps the "
-        "recipe's context per slot unless --ctx-per-slot says",
-    )
+    shared.add_slots(p, "the recipe's; each keeps the recipe's context per slot")
     p.add_argument(
         "--ctx-per-slot",
         type=shared.positive,
         metavar="TOKENS",
         help="context of each slot in tokens (the server gets -c TOKENS × slots)",
-    )
-    p.add_argument(
-        "--cache-ram",
-        type=shared.whole(0, 1 << 20, "MiB"),
-        metavar="MIB",
-        help="host memory for the prompt cache in MiB, 0 to turn it off (default: the "
-        "recipe's, else the server's own: 8192 at the upstream pin)",
     )
 
 

@@ -54,6 +54,27 @@ def add_reports(p: argparse.ArgumentParser, what: str = "the report goes") -> No
     )
 
 
+MAX_SLOTS = 256
+
+
+def add_slots(p: argparse.ArgumentParser, default: str) -> None:
+    """`--slots N` and `--cache-ram MIB`: how many requests a server serves at once and how
+    much host memory its prompt cache may take (`default` says what holds without them)."""
+    p.add_argument(
+        "--slots",
+        type=whole(1, MAX_SLOTS, "slots"),
+        metavar="N",
+        help=f"server slots, requests served at once (default: {default})",
+    )
+    p.add_argument(
+        "--cache-ram",
+        type=whole(0, 1 << 20, "MiB"),
+        metavar="MIB",
+        help="host memory for the prompt cache in MiB, 0 to turn it off (default: the "
+        "recipe's, else the server's own: 8192 at the upstream pin)",
+    )
+
+
 def load_artifact(args: argparse.Namespace) -> Artifact:
     """The artifact `--artifact` names in `--dist`, else the newest one there."""
     from llamaspec.engine.artifact import load_artifact, newest_artifact
