@@ -411,6 +411,7 @@ def test_detect_says_what_is_missing(
         (["docker", "pull", "--backend", "cuda"], "this host has no NVIDIA driver"),
         (["docker", "push", "--record", "nothing.json"], "Cannot read the build record"),
         (["docker", "size", "img", "--record", "nothing.json"], "Cannot read the build record"),
+        (["docker", "smoke", "Bad Name"], "Bad Name"),
     ],
 )
 def test_bad_input_is_named_before_any_container_tool(

@@ -240,11 +240,10 @@ def cmd_docker_pull(args: argparse.Namespace, console: Console) -> None:
 
 
 def cmd_docker_smoke(args: argparse.Namespace, console: Console) -> None:
-    from llamaspec.images import tools
     from llamaspec.images.smoke import smoke_image
 
     smoke_image(
-        tools.detect(args.tool),
+        args.tool,
         args.image,
         args.reports,
         console,

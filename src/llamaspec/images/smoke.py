@@ -19,6 +19,7 @@ from llamaspec.engine import reproducible as repro
 from llamaspec.engine.artifact import Artifact, load_artifact
 from llamaspec.errors import LlamaspecError
 from llamaspec.images import specs as images
+from llamaspec.images import tools
 from llamaspec.images.tools import ContainerTool, attempt
 
 ROOT = "/opt/llamaspec"
@@ -122,7 +123,7 @@ def healthcheck(tool: ContainerTool, ctr: str, port: int) -> bool:
 
 
 def smoke_image(
-    tool: ContainerTool,
+    tool_name: str | None,
     ref: str,
     reports: Path,
     console: Console,
@@ -131,8 +132,11 @@ def smoke_image(
 ):
     """The smoke test, run against the image's own llama-server, plus its HEALTHCHECK.
 
-    `compare_dist`: a dist/ holding the host build of the same artifact id to compare with."""
+    `tool_name`: the container tool asked for (None: the one found), looked for after the
+    image's name is checked, so that a bad name is what is reported. `compare_dist`: a
+    dist/ holding the host build of the same artifact id to compare with."""
     images.check_refs(("image", ref))
+    tool = tools.detect(tool_name)
     from llamaspec.models.dialects import dialect_for
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
     from llamaspec.proof.reference import reference_copy
