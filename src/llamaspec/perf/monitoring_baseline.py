@@ -68,12 +68,19 @@ def _shown(path: Path, root: Path) -> str:
         return f"{path.parent.name}/{path.name}"
 
 
-def _read_report(path: Path) -> dict[str, Any] | None:
+def _json(path: Path) -> dict[str, Any] | None:
+    """A report file's JSON object; None for one that cannot be read or is not an object."""
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError):
         return None
-    ok = isinstance(data, dict) and isinstance(data.get("workloads"), list)
+    return data if isinstance(data, dict) else None
+
+
+def _read_report(path: Path) -> dict[str, Any] | None:
+    """A bench report (its recipe and workloads), or None."""
+    data = _json(path)
+    ok = data is not None and isinstance(data.get("workloads"), list)
     return data if ok and isinstance(data.get("recipe"), str) else None
 
 
@@ -185,14 +192,6 @@ def find_baseline(
 RANK = {"bench": 1, "tune": 0, "load": -1}
 
 
-def _json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _measured(
     recipe: str, engine: str, folders: Sequence[Path], root: Path, tuned_by: Path | None
 ) -> list[tuple[tuple, Baseline]]:
@@ -224,12 +223,12 @@ def _measured(
             found = load_baseline(data, _shown(path, root))
             if found is not None:
                 out.append(((str(data.get("date") or ""), RANK["load"], path.name), found))
-    if tuned_by is not None:
-        path = tuned_by.with_suffix(".json")
-        data = _json(path) if path.is_file() else None
-        found = tune_baseline(data, _shown(path, root)) if data else None
-        if found is not None and _engine_of(data or {}) == engine:
-            out.append(((str((data or {}).get("date") or ""), RANK["tune"], path.name), found))
+    path = tuned_by.with_suffix(".json") if tuned_by is not None else None
+    data = _json(path) if path is not None else None
+    if path is not None and data is not None and _engine_of(data) == engine:
+        found = tune_baseline(data, _shown(path, root))
+        if found is not None:
+            out.append(((str(data.get("date") or ""), RANK["tune"], path.name), found))
     return out
 
 
@@ -263,8 +262,8 @@ def load_baseline(data: Mapping[str, Any], shown: str) -> Baseline | None:
 
 def tune_baseline(data: Mapping[str, Any], shown: str) -> Baseline | None:
     """The acceptance of the settings a tune run chose (its winner, every workload)."""
-    winner = data.get("winner") if isinstance(data, Mapping) else None
-    pairs = (winner or {}).get("accepted_drafted") if isinstance(winner, Mapping) else None
+    winner = data.get("winner")
+    pairs = winner.get("accepted_drafted") if isinstance(winner, Mapping) else None
     if not isinstance(pairs, Mapping):
         return None
     accepted = sum(float(v[0]) for v in pairs.values() if isinstance(v, list | tuple))

@@ -170,14 +170,15 @@ def render(
 DEFAULT_CACHE_RAM_MIB = 8192
 
 
+def _value(argv: Sequence[str], flag: str) -> str | None:
+    """The value after `flag` in a rendered command (None where it is not given)."""
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+
 def capacity(argv: Sequence[str]) -> str:
     """What the command serves at once and how much host memory its prompt cache may take,
     in a sentence."""
-
-    def value(flag: str) -> str | None:
-        return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
-
-    slots, ctx, cache = value("-np"), value("-c"), value("--cache-ram")
+    slots, ctx, cache = _value(argv, "-np"), _value(argv, "-c"), _value(argv, "--cache-ram")
     if slots is None:
         served = "the server's own slot count"
     elif ctx and int(ctx) > 0:
@@ -211,7 +212,7 @@ def clients_note(recipe: config.Recipe, argv: Sequence[str]) -> str | None:
         f"many clients: speculation loses from {cross.clients} busy slots on, {where}; "
         "there plain decoding is faster"
     )
-    slots = argv[argv.index("-np") + 1] if "-np" in argv[:-1] else None
+    slots = _value(argv, "-np")
     if slots is not None and int(slots) >= cross.clients:
         text += f". This command serves {slots} slots, so a busy server reaches it"
     return text
