@@ -16,6 +16,7 @@ import pytest
 from rich.console import Console
 
 from llamaspec.engine.artifact import Artifact
+from llamaspec.models.server_help import server_help
 from llamaspec.perf.costmodel import counters
 from llamaspec.perf.workloads import INVENTORY_MODULE
 from llamaspec.proof.hybrid import hybrid_model
@@ -269,3 +270,65 @@ def test_eagle3_drafts_as_well_for_requests_at_once_as_one_at_a_time(
     assert same and one[1] > 0
     # measured: 237 of 799 both ways; batch shapes may move a near-tie, not a third
     assert rate(together) >= 0.9 * rate(one), (one, together)
+
+
+@dataclass(frozen=True)
+class BusySeen:
+    takes_flag: bool  # the build's --help lists --spec-busy-max
+    plain: list[int]
+    together: list[tuple[int, int, list[int]]]  # two requests at once: drafted, accepted, tokens
+    alone: tuple[int, int, list[int]]  # then one alone: drafting resumes
+    off: tuple[int, int, list[int]]  # slot 0, speculative.n_max 0: its draft context skips
+    after: tuple[int, int, list[int]]  # slot 0 again: the draft catches up, then drafts
+    caught_up: int  # the draft's catch-up lines in the server log (-v)
+
+
+def _busy_seen(artifact: Artifact, gemma: Path, logs: Path) -> BusySeen:
+    """Gemma as its own draft on two slots, with --spec-busy-max 1 where the build takes it."""
+    takes = "--spec-busy-max" in server_help(artifact.server)
+    with running(artifact.server, base_args(gemma), logs / f"busy-plain-{artifact.id}.log") as srv:
+        plain = srv.post("/completion", request(PROMPT, N_PREDICT))["tokens"]
+    busy = ["--spec-busy-max", "1"] if takes else []
+    args = [*base_args(gemma, slots=2), "-md", str(gemma), "--spec-type", "draft-simple",
+            "--spec-draft-n-max", "8", *busy, "-v"]  # fmt: skip
+    log = logs / f"busy-{artifact.id}.log"
+    with running(artifact.server, args, log) as srv:
+
+        def ask(extra: dict) -> tuple[int, int, list[int]]:
+            reply = srv.post("/completion", {**request(PROMPT, N_PREDICT), **extra})
+            t = reply["timings"]
+            return int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0)), reply["tokens"]
+
+        with ThreadPoolExecutor(2) as pool:
+            together = list(pool.map(ask, [{}, {}]))
+        alone = ask({})
+        off = ask({"id_slot": 0, "speculative.n_max": 0})
+        after = ask({"id_slot": 0})
+    caught = log.read_text(errors="replace").count("the draft caught up")
+    return BusySeen(takes, plain, together, alone, off, after, caught)
+
+
+def test_busy_max_stops_drafting_while_more_slots_generate_and_the_draft_skips_their_work(
+    upstream_artifact: Artifact, upstream_stock_artifact: Artifact, gemma_path: Path, tmp_path
+) -> None:
+    """server-spec-busy-max: stock cannot stop drafting under load (no such option; two
+    requests at once draft every step); patched with --spec-busy-max 1 drafts only before
+    both slots generate, drafts again alone, and its draft context, which skipped the tokens
+    of the slots that did not draft, catches up and drafts as well as before. Every output
+    is the plain server's."""
+    stock = _busy_seen(upstream_stock_artifact, gemma_path, tmp_path)
+    assert not stock.takes_flag
+    assert all(d > 2 * 8 for d, _, _ in stock.together), stock.together  # measured: 41 each
+
+    patched = _busy_seen(upstream_artifact, gemma_path, tmp_path)
+    assert patched.takes_flag
+    for drafted, _, tokens in (*patched.together, patched.alone, patched.off, patched.after):
+        assert tokens == patched.plain, drafted
+    # at most the first step of each request drafts (measured: 8 each), not every step
+    assert sum(d for d, _, _ in patched.together) <= 2 * 8, patched.together
+    assert patched.alone[0] > 2 * 8, patched.alone  # one busy slot: drafting resumes
+    assert patched.off[0] == 0, patched.off
+    # slot 0's draft skipped the n_max-0 request and caught up: it drafts and accepts as alone
+    drafted, accepted, _ = patched.after
+    assert drafted > 2 * 8 and accepted >= 0.9 * drafted, patched.after
+    assert patched.caught_up >= 1, patched.caught_up
