@@ -9,6 +9,7 @@ import pytest
 from llamaspec.cli.load import plan_from
 from llamaspec.cli.main import make_parser
 from llamaspec.config import ServerSettings, Serving
+from llamaspec.errors import LlamaspecError
 from llamaspec.models import recipes
 from llamaspec.runtime import serve
 
@@ -77,3 +78,52 @@ def test_load_sizes_its_servers_as_asked() -> None:
     plan = plan_from(args)
     assert (plan.slots, plan.cache_ram, plan.clients) == (8, 256, (16,))
     assert plan_from(make_parser().parse_args(["load", "r"])).slots is None
+
+
+HELP_WITH = "--spec-type TYPE\n--spec-busy-max N   draft only while at most N slots ...\n--metrics"
+HELP_WITHOUT = "--spec-type TYPE\n--metrics"
+
+
+def test_the_busy_limit_comes_from_the_measured_crossover_unless_the_user_sets_it() -> None:
+    """The draft pair lost from 4 clients (measured at 1, 2, 4, 8): it drafts while at most 2
+    slots generate; a recipe that paid at every count, or none measured, gets no limit."""
+    pair, _ = recipes.find("gemma3-270m-q4-draft")
+    assert pair.measured.crossover.clients == 4
+    assert serve.busy_max(pair, None) == (2, False)
+    assert serve.busy_max(pair, Serving(busy_max=3)) == (3, True)
+    assert serve.busy_max(pair, Serving(busy_max=0)) == (None, True)  # 0: no limit
+    ngram, _ = recipes.find("gemma3-270m-ngram")
+    assert ngram.measured.crossover.clients is None
+    assert serve.busy_max(ngram, None) == (None, False)
+
+
+def test_the_busy_limit_is_rendered_only_for_a_build_that_takes_it() -> None:
+    pair, _ = recipes.find("gemma3-270m-q4-draft")
+    cmd = recipes.render(pair, "llama.cpp", "upstream", "t.gguf", "d.gguf")
+    derived, chosen = (2, False), (3, True)
+
+    def value(c) -> str | None:
+        return serve._value(c.argv, "--spec-busy-max")
+
+    assert value(serve.with_busy_max(cmd, derived, HELP_WITH, "llama.cpp", None)) == "2"
+    # rendered for no build: llamaspec's default llama.cpp build has it; a forced dialect
+    # or ik_llama.cpp does not say so
+    assert value(serve.with_busy_max(cmd, chosen, None, "llama.cpp", None)) == "3"
+    assert value(serve.with_busy_max(cmd, derived, None, "llama.cpp", "upstream")) is None
+    left = serve.with_busy_max(cmd, derived, HELP_WITHOUT, "llama.cpp", None)
+    assert value(left) is None and any("no such option" in n for n in left.notes)
+    with pytest.raises(LlamaspecError, match="server-spec-busy-max"):
+        serve.with_busy_max(cmd, chosen, HELP_WITHOUT, "llama.cpp", None)
+    assert serve.with_busy_max(cmd, (None, True), HELP_WITH, "llama.cpp", None) is cmd
+    note = serve.clients_note(pair, ["llama-server", "-np", "8", "--spec-busy-max", "2"])
+    assert note is not None and "stops drafting while more than 2 slots generate" in note
+
+
+def test_recipe_show_stops_drafting_above_the_crossover_or_as_told(tmp_path) -> None:
+    shown = cli("recipe", "show", "gemma3-270m-q4-draft", env_cache=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "--spec-busy-max 2" in shown.stdout
+    off = cli("recipe", "show", "gemma3-270m-q4-draft", "--spec-busy-max", "0", env_cache=tmp_path)
+    assert off.returncode == 0 and "--spec-busy-max" not in off.stdout, off.stderr
+    bad = cli("recipe", "show", "gemma3-270m-q4-draft", "--spec-busy-max", "x", env_cache=tmp_path)
+    assert bad.returncode == 2 and "whole number of slots from 0" in bad.stderr, bad.stderr

@@ -220,6 +220,9 @@ def _target_args(p: argparse.ArgumentParser, default: str) -> None:
         metavar="TOKENS",
         help="context of each slot in tokens (the server gets -c TOKENS × slots)",
     )
+    shared.add_busy_max(
+        p, "the largest client count the recipe's bench measured below its crossover, if any"
+    )
 
 
 def _render_options(args: argparse.Namespace) -> RenderOptions:
@@ -235,7 +238,12 @@ def _render_options(args: argparse.Namespace) -> RenderOptions:
         backend=args.backend,
         host=args.host,
         port=args.port,
-        serving=Serving(slots=args.slots, slot_ctx=args.ctx_per_slot, cache_ram=args.cache_ram),
+        serving=Serving(
+            slots=args.slots,
+            slot_ctx=args.ctx_per_slot,
+            cache_ram=args.cache_ram,
+            busy_max=args.spec_busy_max,
+        ),
     )
 
 

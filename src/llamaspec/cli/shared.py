@@ -75,6 +75,18 @@ def add_slots(p: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def add_busy_max(p: argparse.ArgumentParser, default: str) -> None:
+    """`--spec-busy-max N`: the server drafts only while at most N slots generate
+    (`default` says what holds without it)."""
+    p.add_argument(
+        "--spec-busy-max",
+        type=whole(0, MAX_SLOTS, "slots"),
+        metavar="N",
+        help="draft only while at most N slots generate, plain decoding above (0: no limit; "
+        f"default: {default}; needs llamaspec's default llama.cpp build)",
+    )
+
+
 def load_artifact(args: argparse.Namespace) -> Artifact:
     """The artifact `--artifact` names in `--dist`, else the newest one there."""
     from llamaspec.engine.artifact import load_artifact, newest_artifact

@@ -158,11 +158,14 @@ class Reported(Frozen):
 @dataclass(frozen=True)
 class Serving:
     """How a user serves a recipe, over its own server settings: slots, context per slot,
-    prompt-cache memory (None: the recipe's)."""
+    prompt-cache memory, the busy-slot limit on drafting (None: the recipe's)."""
 
     slots: int | None = None
     slot_ctx: int | None = None
     cache_ram: int | None = None
+    # --spec-busy-max: draft only while at most this many slots generate (0: no limit);
+    # None: from the recipe's measured crossover (runtime/serve.busy_max)
+    busy_max: int | None = None
 
     def apply(self, server: ServerSettings) -> ServerSettings:
         """`server` with these settings: `slots` slots of `slot_ctx` tokens each (default:

@@ -160,11 +160,15 @@ def render(
     )
     help_text = server_help(artifact.server) if artifact is not None else None
     cmd = with_metrics(cmd, help_text)
+    cmd = with_busy_max(cmd, busy_max(recipe, opts.serving), help_text, engine, opts.dialect)
     if artifact is not None and help_text is not None:
         recipes.check_spec_types(cmd, recipe, help_text, f"build {artifact.id}")
         recipes.check_against_help(cmd, help_text, f"{artifact.id}/llama-server")
     return cmd, artifact
 
+
+# llamaspec's patch server-spec-busy-max: no drafting while more slots than this generate.
+BUSY_MAX_FLAG = "--spec-busy-max"
 
 # The upstream server's prompt-cache bound in host memory when --cache-ram is not given.
 DEFAULT_CACHE_RAM_MIB = 8192
@@ -213,9 +217,63 @@ def clients_note(recipe: config.Recipe, argv: Sequence[str]) -> str | None:
         "there plain decoding is faster"
     )
     slots = _value(argv, "-np")
+    limit = _value(argv, BUSY_MAX_FLAG)
     if slots is not None and int(slots) >= cross.clients:
         text += f". This command serves {slots} slots, so a busy server reaches it"
+        if limit is not None:
+            text += f"; it stops drafting while more than {limit} slots generate ({BUSY_MAX_FLAG})"
     return text
+
+
+def busy_max(recipe: config.Recipe, serving: config.Serving | None) -> tuple[int | None, bool]:
+    """How many generating slots the server drafts for at most, and whether the user chose
+    it: `--spec-busy-max` (0: no limit), else the largest client count the recipe's bench
+    measured below its crossover (None where speculation paid at every count measured)."""
+    if serving is not None and serving.busy_max is not None:
+        return (serving.busy_max or None), True
+    cross = recipe.measured.crossover if recipe.measured is not None else None
+    if cross is None or cross.clients is None:
+        return None, False
+    below = [c for c in cross.measured if c < cross.clients]
+    return (max(below) if below else None), False
+
+
+def with_busy_max(
+    cmd: ServerCommand,
+    limit: tuple[int | None, bool],
+    help_text: str | None,
+    engine: str,
+    dialect: str | None,
+) -> ServerCommand:
+    """`cmd` with `--spec-busy-max N` (patch server-spec-busy-max: no drafting while more
+    than N slots generate) where the build takes the flag: its --help
+    says so, or, rendered for no build, llamaspec's default llama.cpp build at its pin does.
+    A limit the user chose on a build without it is refused; one derived from the recipe's
+    crossover is left out with a note."""
+    from llamaspec.models.server_help import help_flags
+
+    value, chosen = limit
+    if value is None or BUSY_MAX_FLAG in cmd.argv:
+        return cmd
+    if help_text is not None:
+        takes = BUSY_MAX_FLAG in help_flags(help_text)
+    else:
+        takes = engine == "llama.cpp" and dialect is None
+    if takes:
+        return replace(cmd, argv=(*cmd.argv, BUSY_MAX_FLAG, str(value)))
+    if chosen:
+        raise LlamaspecError(
+            f"{BUSY_MAX_FLAG} {value} needs a llama-server with llamaspec's patch "
+            "server-spec-busy-max, which the default llama.cpp build carries; this build "
+            f"({engine}) has no such option. Build with `llamaspec build` (without "
+            f"--no-default-patches) and name it with --artifact, or leave {BUSY_MAX_FLAG} out."
+        )
+    note = (
+        f"drafting would stop above {value} busy slots ({BUSY_MAX_FLAG}, from the recipe's "
+        "measured crossover), but this build has no such option (a stock or ik_llama.cpp "
+        "build): speculation keeps drafting however many clients there are"
+    )
+    return replace(cmd, notes=(*cmd.notes, note))
 
 
 def with_metrics(cmd: ServerCommand, help_text: str | None) -> ServerCommand:
