@@ -91,6 +91,11 @@ def test_arm_arguments_plain_drops_speculation_and_drop_type_drops_only_the_type
         "-m",
         "x",
     ]
+    (busy,) = patch_ab.select(["busy-max-8-clients"])
+    patched = patch_ab.arm_args(plan, busy, PATCHED, "upstream")
+    stock = patch_ab.arm_args(plan, busy, STOCK, "upstream")
+    assert patched[patched.index("--spec-busy-max") + 1] == "2"  # the new option: patched only
+    assert "--spec-busy-max" not in stock and stock[stock.index("-np") + 1] == "8"
 
 
 def test_summary_ratios_spread_and_the_report_table(tmp_path: Path) -> None:

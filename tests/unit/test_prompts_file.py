@@ -153,6 +153,7 @@ def test_unreadable_prompts_files(tmp_path: Path) -> None:
         ([], "line 1, column 1: not JSON"),
         (["--prompt", "short"], "--prompt NAME picks built-in prompts"),
         (["--recipe", "gemma3-270m-ngram", "--server-defaults"], "--server-defaults is for"),
+        (["--recipe", "gemma3-270m-ngram", "--spec-busy-max", "2"], "--spec-busy-max is for"),
     ],
 )
 def test_cli_refuses_bad_prompts_before_looking_for_a_build(

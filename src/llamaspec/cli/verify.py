@@ -111,6 +111,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "flags (--no-kv-unified, -fa off); measures what the defaults change, reports tagged "
         "<model>-defaults (exactness is not claimed)",
     )
+    shared.add_busy_max(
+        v, "none; built-in models: every speculative server gets it, reports tagged <model>-busyN"
+    )
     v.add_argument(
         "--repeat",
         type=shared.positive,
@@ -179,6 +182,7 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> None:
             args.server_defaults,
             args.traffic_slots or (),
             args.traffic_requests,
+            args.spec_busy_max,
         )
     outcome.raise_if_failed(artifact, args.reports)
 
@@ -213,6 +217,11 @@ def _check(args: argparse.Namespace) -> None:
     if args.prompts and args.prompt:
         raise LlamaspecError(
             "--prompt NAME picks built-in prompts and --prompts FILE replaces them; give one."
+        )
+    if own and args.spec_busy_max is not None:
+        raise LlamaspecError(
+            "--spec-busy-max is for the built-in models; a --recipe or --target run verifies "
+            "exactly its own settings. Drop it."
         )
     if own and args.server_defaults:
         raise LlamaspecError(

@@ -68,6 +68,7 @@ class Scenario:
     goal: str
     plain: bool = True  # also run the plain arm
     drop_type: bool = False  # the recipe's speculation without its --spec-type
+    patched_args: tuple[str, ...] = ()  # server flags of the patched arm only (a new option)
 
     @property
     def clients(self) -> int:
@@ -83,6 +84,20 @@ SCENARIOS: tuple[Scenario, ...] = (
         "gemma3-270m-q4-draft",
         (Phase("copy", 1), Phase("copy", 4, OFF)),
         "patched at least as fast as the better of stock (all speculative) and plain",
+    ),
+    *(
+        Scenario(
+            f"busy-max-{n}-clients",
+            "server-spec-busy-max",
+            f"The real draft pair on qa with {n} client(s) at once; patched stops drafting "
+            "while more than 2 slots generate (the pair's bench won at 1 and 2 clients, lost "
+            "from 4).",
+            "gemma3-270m-q4-draft",
+            (Phase("qa", n),),
+            "patched at least as fast as the better of stock (always drafting) and plain",
+            patched_args=("--spec-busy-max", "2"),
+        )
+        for n in (1, 2, 4, 8)
     ),
     Scenario(
         "draft-without-type",
@@ -168,12 +183,14 @@ def without_spec_type(argv: Sequence[str], dialect: str) -> list[str]:
 
 def arm_args(p: BenchPlan, s: Scenario, arm: str, dialect: str) -> list[str]:
     """The server arguments of one arm: the recipe's plain flags with slots for the
-    scenario's clients, its speculative flags (not for the plain arm), and --metrics."""
+    scenario's clients, its speculative flags (not for the plain arm), the scenario's own
+    flags for the patched arm, and --metrics."""
     base = bench.with_slots(p.plain_args, s.clients)
     if arm == PLAIN:
         return [*base, "--metrics"]
     spec = without_spec_type(p.spec_args, dialect) if s.drop_type else p.spec_args
-    return [*base, *spec, "--metrics"]
+    extra = s.patched_args if arm == PATCHED else ()
+    return [*base, *spec, *extra, "--metrics"]
 
 
 def _sample(artifact: Artifact, args: Sequence[str], s: Scenario, log: Path) -> ArmRun:

@@ -179,13 +179,15 @@ def builtin(
     server_defaults: bool = False,
     traffic_slots: Sequence[int] = (),
     traffic_requests: int | None = None,
+    busy_max: int | None = None,
 ) -> Outcome:
     """The built-in models: strict on their F32 copies, oracle on the quantized embedded one.
 
     `prompts` (a prompts file's) replace the built-in ones; `server_defaults` runs every
     server without the determinism flags, into reports tagged `<model>-defaults`. The
     traffic mode (in `modes`: its slot counts and requests per slot, else TrafficPlan's) is
-    the strict tier's: the oracle tier runs the other modes asked for, or none."""
+    the strict tier's: the oracle tier runs the other modes asked for, or none. `busy_max`
+    adds `--spec-busy-max N` to every speculative server, into reports tagged `-busyN`."""
     from llamaspec.models.embedded import EMBEDDED_SHA256, embedded_model
     from llamaspec.proof import coverage as cov_mod
     from llamaspec.proof.hybrid import hybrid_model
@@ -237,12 +239,14 @@ def builtin(
             types=types,
             tag=name
             + ("-defaults" if server_defaults else "")
+            + (f"-busy{busy_max}" if busy_max is not None else "")
             + ("-traffic" if traffic_on else ""),
             modes=tuple(modes),
             repeat=repeat,
             prompts=prompts,
             server_defaults=server_defaults,
             traffic=traffic,
+            spec_extra=("--spec-busy-max", str(busy_max)) if busy_max is not None else (),
         )
         if "strict" in tiers:
             ref, ref_draft = _references(model, draft, console, sha, draft_sha)

@@ -427,6 +427,7 @@ class VerifyPlan:
     own: Method | None = None
     server_defaults: bool = False
     traffic: TrafficPlan | None = None  # the traffic mode's plan (None: TrafficPlan())
+    spec_extra: tuple[str, ...] = ()  # added to every speculative server (e.g. --spec-busy-max)
 
 
 def verify(artifact: Artifact, dialect: str, plan: VerifyPlan, console: Console) -> VerifyReport:
@@ -451,6 +452,11 @@ def verify(artifact: Artifact, dialect: str, plan: VerifyPlan, console: Console)
     else:
         available = methods_for(dialect, help_text, plan.draft, plan.types)
         chosen = choose_methods(available, plan.methods, artifact.server)
+    if plan.spec_extra:
+        chosen = [
+            replace(m, argv=(*m.argv, *plan.spec_extra)) if isinstance(m, Method) and m.argv else m
+            for m in chosen
+        ]
     own = plan.own
     for m in [*chosen, *([own] if own and plan.tier == "oracle" else [])]:
         if isinstance(m, Method):
