@@ -308,14 +308,14 @@ def _busy_seen(artifact: Artifact, gemma: Path, logs: Path) -> BusySeen:
     return BusySeen(takes, plain, together, alone, off, after, caught)
 
 
-def test_busy_max_stops_drafting_while_more_slots_generate_and_the_draft_skips_their_work(
+def test_busy_max_stops_drafting_while_more_slots_are_busy_and_the_draft_skips_their_work(
     upstream_artifact: Artifact, upstream_stock_artifact: Artifact, gemma_path: Path, tmp_path
 ) -> None:
     """server-spec-busy-max: stock cannot stop drafting under load (no such option; two
-    requests at once draft every step); patched with --spec-busy-max 1 drafts only before
-    both slots generate, drafts again alone, and its draft context, which skipped the tokens
-    of the slots that did not draft, catches up and drafts as well as before. Every output
-    is the plain server's."""
+    requests at once draft every step); patched with --spec-busy-max 1 drafts at most in a
+    first step while both slots are busy, drafts again alone, and its draft context, which
+    skipped the tokens of the slots that did not draft, catches up and drafts as well as
+    before. Every output is the plain server's."""
     stock = _busy_seen(upstream_stock_artifact, gemma_path, tmp_path)
     assert not stock.takes_flag
     assert all(d > 2 * 8 for d, _, _ in stock.together), stock.together  # measured: 41 each

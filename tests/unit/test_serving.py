@@ -86,7 +86,7 @@ HELP_WITHOUT = "--spec-type TYPE\n--metrics"
 
 def test_the_busy_limit_comes_from_the_measured_crossover_unless_the_user_sets_it() -> None:
     """The draft pair lost from 4 clients (measured at 1, 2, 4, 8): it drafts while at most 2
-    slots generate; a recipe that paid at every count, or none measured, gets no limit."""
+    slots are busy; a recipe that paid at every count, or none measured, gets no limit."""
     pair, _ = recipes.find("gemma3-270m-q4-draft")
     assert pair.measured.crossover.clients == 4
     assert serve.busy_max(pair, None) == (2, False)
@@ -116,7 +116,7 @@ def test_the_busy_limit_is_rendered_only_for_a_build_that_takes_it() -> None:
         serve.with_busy_max(cmd, chosen, HELP_WITHOUT, "llama.cpp", None)
     assert serve.with_busy_max(cmd, (None, True), HELP_WITH, "llama.cpp", None) is cmd
     note = serve.clients_note(pair, ["llama-server", "-np", "8", "--spec-busy-max", "2"])
-    assert note is not None and "stops drafting while more than 2 slots generate" in note
+    assert note is not None and "stops drafting while more than 2 slots are busy" in note
 
 
 def test_recipe_show_stops_drafting_above_the_crossover_or_as_told(tmp_path) -> None:

@@ -76,13 +76,13 @@ def add_slots(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def add_busy_max(p: argparse.ArgumentParser, default: str) -> None:
-    """`--spec-busy-max N`: the server drafts only while at most N slots generate
+    """`--spec-busy-max N`: the server drafts only while at most N slots are busy
     (`default` says what holds without it)."""
     p.add_argument(
         "--spec-busy-max",
         type=whole(0, MAX_SLOTS, "slots"),
         metavar="N",
-        help="draft only while at most N slots generate, plain decoding above (0: no limit; "
+        help="draft only while at most N slots are busy, plain decoding above (0: no limit; "
         f"default: {default}; needs llamaspec's default llama.cpp build)",
     )
 

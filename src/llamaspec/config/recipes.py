@@ -163,7 +163,7 @@ class Serving:
     slots: int | None = None
     slot_ctx: int | None = None
     cache_ram: int | None = None
-    # --spec-busy-max: draft only while at most this many slots generate (0: no limit);
+    # --spec-busy-max: draft only while at most this many slots are busy (0: no limit);
     # None: from the recipe's measured crossover (runtime/serve.busy_max)
     busy_max: int | None = None
 

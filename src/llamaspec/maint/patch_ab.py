@@ -90,7 +90,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             f"busy-max-{n}-clients",
             "server-spec-busy-max",
             f"The real draft pair on qa with {n} client(s) at once; patched stops drafting "
-            "while more than 2 slots generate (the pair's bench won at 1 and 2 clients, lost "
+            "while more than 2 slots are busy (the pair's bench won at 1 and 2 clients, lost "
             "from 4).",
             "gemma3-270m-q4-draft",
             (Phase("qa", n),),

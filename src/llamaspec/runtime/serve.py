@@ -221,7 +221,7 @@ def clients_note(recipe: config.Recipe, argv: Sequence[str]) -> str | None:
     if slots is not None and int(slots) >= cross.clients:
         text += f". This command serves {slots} slots, so a busy server reaches it"
         if limit is not None:
-            text += f"; it stops drafting while more than {limit} slots generate ({BUSY_MAX_FLAG})"
+            text += f"; it stops drafting while more than {limit} slots are busy ({BUSY_MAX_FLAG})"
     return text
 
 
@@ -246,7 +246,7 @@ def with_busy_max(
     dialect: str | None,
 ) -> ServerCommand:
     """`cmd` with `--spec-busy-max N` (patch server-spec-busy-max: no drafting while more
-    than N slots generate) where the build takes the flag: its --help
+    than N slots are busy) where the build takes the flag: its --help
     says so, or, rendered for no build, llamaspec's default llama.cpp build at its pin does.
     A limit the user chose on a build without it is refused; one derived from the recipe's
     crossover is left out with a note."""
