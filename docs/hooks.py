@@ -33,10 +33,14 @@ def _reports_index(docs: Path) -> str:
     out = ["# Reports", "", "Every report llamaspec's commands wrote and this repository keeps", ""]
     out[-2] += " (each beside its JSON and, where a picture helps, a PNG plot)."
     groups: dict[str, list[str]] = {}
-    for md in sorted((docs / "reports").glob("*.md")):
+    root = docs / "reports"
+    # a report a command wrote into a folder of its own (--reports reports/NAME) is listed too
+    for md in sorted([*root.glob("*.md"), *root.glob("*/*.md")]):
         title = next((ln[2:] for ln in md.read_text().splitlines() if ln.startswith("# ")), "")
         kind = md.name.split("-")[0]
-        groups.setdefault(KINDS.get(kind, "Other"), []).append(f"- [{title or md.stem}]({md.name})")
+        where = md.relative_to(root).as_posix()
+        note = f" ({md.parent.name}/)" if md.parent != root else ""
+        groups.setdefault(KINDS.get(kind, "Other"), []).append(f"- [{title or md.stem}]({where}){note}")
     for kind in [*KINDS.values(), "Other"]:
         if kind in groups:
             out += [f"## {kind}", "", *groups[kind], ""]
