@@ -40,7 +40,8 @@ def _reports_index(docs: Path) -> str:
         kind = md.name.split("-")[0]
         where = md.relative_to(root).as_posix()
         note = f" ({md.parent.name}/)" if md.parent != root else ""
-        groups.setdefault(KINDS.get(kind, "Other"), []).append(f"- [{title or md.stem}]({where}){note}")
+        entry = f"- [{title or md.stem}]({where}){note}"
+        groups.setdefault(KINDS.get(kind, "Other"), []).append(entry)
     for kind in [*KINDS.values(), "Other"]:
         if kind in groups:
             out += [f"## {kind}", "", *groups[kind], ""]
