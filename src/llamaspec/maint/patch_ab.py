@@ -95,7 +95,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "gemma3-270m-q4-draft",
             (Phase("qa", n),),
             "patched at least as fast as the better of stock (always drafting) and plain",
-            patched_args=("--spec-busy-max", "2"),
+            patched_args=(dialects.SERVER_FLAGS["busy_max"], "2"),
         )
         for n in (1, 2, 4, 8)
     ),

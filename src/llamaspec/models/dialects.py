@@ -55,6 +55,9 @@ SERVER_FLAGS: Mapping[str, str] = {
     "checkpoint_min_step": "--checkpoint-min-step",
     "cache_ram": "--cache-ram",
     "metrics": "--metrics",
+    # llamaspec's patch server-spec-busy-max (its default llama.cpp build): no drafting
+    # while more slots than this are busy
+    "busy_max": "--spec-busy-max",
     "rpc": "--rpc",
     "device": "-dev",
 }

@@ -246,7 +246,9 @@ def builtin(
             prompts=prompts,
             server_defaults=server_defaults,
             traffic=traffic,
-            spec_extra=("--spec-busy-max", str(busy_max)) if busy_max is not None else (),
+            spec_extra=(dialects.SERVER_FLAGS["busy_max"], str(busy_max))
+            if busy_max is not None
+            else (),
         )
         if "strict" in tiers:
             ref, ref_draft = _references(model, draft, console, sha, draft_sha)

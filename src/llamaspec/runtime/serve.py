@@ -167,9 +167,6 @@ def render(
     return cmd, artifact
 
 
-# llamaspec's patch server-spec-busy-max: no drafting while more slots than this generate.
-BUSY_MAX_FLAG = "--spec-busy-max"
-
 # The upstream server's prompt-cache bound in host memory when --cache-ram is not given.
 DEFAULT_CACHE_RAM_MIB = 8192
 
@@ -204,6 +201,8 @@ def capacity(argv: Sequence[str]) -> str:
 def clients_note(recipe: config.Recipe, argv: Sequence[str]) -> str | None:
     """Where the recipe's speculation stops paying with many clients (its measured
     crossover), and whether this command's slots reach it; None where it was not measured."""
+    from llamaspec.models.dialects import SERVER_FLAGS
+
     measured = recipe.measured
     cross = measured.crossover if measured is not None else None
     if cross is None:
@@ -217,16 +216,17 @@ def clients_note(recipe: config.Recipe, argv: Sequence[str]) -> str | None:
         "there plain decoding is faster"
     )
     slots = _value(argv, "-np")
-    limit = _value(argv, BUSY_MAX_FLAG)
+    flag = SERVER_FLAGS["busy_max"]
+    limit = _value(argv, flag)
     if slots is not None and int(slots) >= cross.clients:
         text += f". This command serves {slots} slots, so a busy server reaches it"
         if limit is not None:
-            text += f"; it stops drafting while more than {limit} slots are busy ({BUSY_MAX_FLAG})"
+            text += f"; it stops drafting while more than {limit} slots are busy ({flag})"
     return text
 
 
 def busy_max(recipe: config.Recipe, serving: config.Serving | None) -> tuple[int | None, bool]:
-    """How many generating slots the server drafts for at most, and whether the user chose
+    """How many busy slots the server drafts for at most, and whether the user chose
     it: `--spec-busy-max` (0: no limit), else the largest client count the recipe's bench
     measured below its crossover (None where speculation paid at every count measured)."""
     if serving is not None and serving.busy_max is not None:
@@ -250,26 +250,28 @@ def with_busy_max(
     says so, or, rendered for no build, llamaspec's default llama.cpp build at its pin does.
     A limit the user chose on a build without it is refused; one derived from the recipe's
     crossover is left out with a note."""
+    from llamaspec.models.dialects import SERVER_FLAGS
     from llamaspec.models.server_help import help_flags
 
+    flag = SERVER_FLAGS["busy_max"]
     value, chosen = limit
-    if value is None or BUSY_MAX_FLAG in cmd.argv:
+    if value is None or flag in cmd.argv:
         return cmd
     if help_text is not None:
-        takes = BUSY_MAX_FLAG in help_flags(help_text)
+        takes = flag in help_flags(help_text)
     else:
         takes = engine == "llama.cpp" and dialect is None
     if takes:
-        return replace(cmd, argv=(*cmd.argv, BUSY_MAX_FLAG, str(value)))
+        return replace(cmd, argv=(*cmd.argv, flag, str(value)))
     if chosen:
         raise LlamaspecError(
-            f"{BUSY_MAX_FLAG} {value} needs a llama-server with llamaspec's patch "
+            f"{flag} {value} needs a llama-server with llamaspec's patch "
             "server-spec-busy-max, which the default llama.cpp build carries; this build "
             f"({engine}) has no such option. Build with `llamaspec build` (without "
-            f"--no-default-patches) and name it with --artifact, or leave {BUSY_MAX_FLAG} out."
+            f"--no-default-patches) and name it with --artifact, or leave {flag} out."
         )
     note = (
-        f"drafting would stop above {value} busy slots ({BUSY_MAX_FLAG}, from the recipe's "
+        f"drafting would stop above {value} busy slots ({flag}, from the recipe's "
         "measured crossover), but this build has no such option (a stock or ik_llama.cpp "
         "build): speculation keeps drafting however many clients there are"
     )
