@@ -13,7 +13,7 @@ from llamaspec.cli import build as cli_build
 from llamaspec.cli import docker as cli_docker
 from llamaspec.cli import doctor as cli_doctor
 from llamaspec.cli import draft as cli_draft
-from llamaspec.cli import examples, options
+from llamaspec.cli import examples, hostile, options
 from llamaspec.cli import gpu as cli_gpu
 from llamaspec.cli import health as cli_health
 from llamaspec.cli import limit as cli_limit
@@ -97,8 +97,18 @@ def _maint(argv: Sequence[str] | None) -> list[str] | None:
     raise SystemExit(2)
 
 
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The parsed command line; exit 2 with one paragraph for what no option takes
+    (cli/hostile.py) or what a command's parser refuses."""
+    parser, given = make_parser(), _maint(argv) or []
+    hostile.check_argv(parser, given)
+    args = parser.parse_args(given)
+    hostile.check_values(parser, args, given)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(_maint(argv))
+    args = parse(argv)
     # stage modules load here, after parsing: `llamaspec --help` stays fast
     from rich.console import Console
     from rich.markup import escape

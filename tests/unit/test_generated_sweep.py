@@ -1,0 +1,124 @@
+"""The bad-input sweep generated from the command tree (issue 54): every option of every
+command, the new ones included without a list, refuses a value with a control character,
+and every typed option refuses a number that is not finite or beyond a 32-bit integer, in
+one paragraph (exit 2) before any work, writing nothing."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llamaspec.cli import hostile
+from llamaspec.cli.main import make_parser, parse
+
+pytestmark = pytest.mark.unit
+
+NUMBERS = ("nan", "inf", "-inf", "1e400", "99999999999999999999", "-99999999999999999999")
+CONTROL = ("a\nb", "a\rb", "a\x1bb")
+
+
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+    for action in subs:
+        for name, sub in action.choices.items():
+            yield from _commands(sub, (*path, name))
+
+
+def _fill(parser: argparse.ArgumentParser) -> list[str]:
+    """A value for each positional and each required option of the command (a hostile
+    value given after it wins)."""
+    out: list[str] = []
+    for a in parser._actions:
+        value = str(a.choices[0]) if a.choices else "x"
+        if a.option_strings:
+            out += [a.option_strings[0], value] if a.required else []
+        elif not isinstance(a, argparse._SubParsersAction) and a.nargs not in ("?", "*"):
+            out.append(value)
+    return out
+
+
+def _options() -> list[tuple[tuple[str, ...], list[str], argparse.Action]]:
+    found = []
+    for path, parser in _commands(make_parser()):
+        for a in parser._actions:
+            if a.option_strings and a.nargs != 0 and not isinstance(a, argparse._HelpAction):
+                found.append((path, _fill(parser), a))
+    return found
+
+
+OPTIONS = _options()
+
+
+def _hostile_numbers(action: argparse.Action) -> list[str]:
+    """The values of NUMBERS that the option's own type lets through as such a number."""
+    out = []
+    for text in NUMBERS:
+        try:
+            value = action.type(text) if action.type else text
+        except (argparse.ArgumentTypeError, ValueError, TypeError):
+            continue
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        if any(hostile._unlike_any(v) for v in values):
+            out.append(text)
+    return out
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exc:
+        parse(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, (argv, err)
+    assert "Traceback" not in err
+    return " ".join(err.split())
+
+
+def test_the_tree_has_the_commands_and_options_it_had() -> None:
+    commands = {p for p, _, _ in OPTIONS}
+    assert len(commands) >= 36 and len(OPTIONS) >= 250, (len(commands), len(OPTIONS))
+
+
+@pytest.mark.parametrize(
+    ("path", "fill", "action"),
+    OPTIONS,
+    ids=[f"{' '.join(p)} {a.option_strings[-1]}" for p, _, a in OPTIONS],
+)
+def test_every_option_refuses_hostile_values_in_one_paragraph_writing_nothing(
+    path, fill, action, capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    flag = action.option_strings[-1]
+    for text in CONTROL:
+        said = _refused([*path, *fill, f"{flag}={text}"], capsys)
+        assert "holds a control character" in said, said
+    for text in _hostile_numbers(action):
+        said = _refused([*path, *fill, f"{flag}={text}"], capsys)
+        assert flag in said or action.option_strings[0] in said, said
+        assert "finite" in said or "beyond" in said, said
+    assert not any(tmp_path.iterdir())
+
+
+def test_no_options_default_is_a_value_the_check_refuses() -> None:
+    for _, _, action in OPTIONS:
+        d = action.default
+        assert not any(
+            hostile._unlike_any(v) for v in (d if isinstance(d, (list, tuple)) else (d,))
+        )
+
+
+def test_the_entry_point_refuses_before_any_work(capsys, tmp_path, monkeypatch) -> None:
+    from llamaspec.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["load", "gemma3-270m-ngram", "--duration", "nan"])
+    assert (
+        exc.value.code == 2 and "--duration nan is not a finite number" in capsys.readouterr().err
+    )
+    assert not any(tmp_path.iterdir())
