@@ -127,3 +127,24 @@ def test_no_loopback_caller_builds_its_own_client() -> None:
         if own.search(line)
     ]
     assert found == []
+
+
+# Requests that leave the machine on purpose (GitHub, Hugging Face, PyPI, Khronos): a proxy
+# there is the user's choice, so they keep httpx's environment settings.
+EXTERNAL = {"engine/vulkan/headers.py", "models/hub.py", "maint/bump.py"}
+HTTPX_CALL = re.compile(
+    r"\bhttpx\.(get|post|put|patch|delete|head|request|stream|Client|AsyncClient)\("
+)
+
+
+def test_every_request_to_a_local_server_goes_through_loopback() -> None:
+    """A new module that talks to llama-server (or rpc-server, or Prometheus) by calling
+    httpx directly would follow HTTP_PROXY with the prompts: only loopback.py may, and the
+    modules that fetch from the internet on purpose."""
+    src = Path(llamaspec.__file__).parent
+    calls = {
+        p.relative_to(src).as_posix()
+        for p in src.rglob("*.py")
+        if HTTPX_CALL.search(p.read_text(encoding="utf-8"))
+    }
+    assert calls == {"runtime/loopback.py", *EXTERNAL}, calls - {"runtime/loopback.py", *EXTERNAL}
