@@ -394,11 +394,11 @@ def test_a_folder_with_a_newline_is_refused_before_the_compose_file(tmp_path: Pa
 @pytest.mark.parametrize(
     ("argv", "expect"),
     [
-        (["--window", "10m\n"], "argument --window: '10m\\n' is not a Prometheus duration"),
+        (["--window", "10m\n"], "argument 7 ('10m\\n') holds a control character"),
         (["--for", " 5m"], "argument --for: ' 5m' is not a Prometheus duration"),
         (["--scrape-interval", "15s "], "argument --scrape-interval: '15s '"),
         (["--target", 'a"} or vector(1) #:8080'], "argument --target: --target 'a\"}"),
-        (["--target", "a\nb:8080"], "argument --target: --target 'a\\nb:8080'"),
+        (["--target", "a\nb:8080"], "argument 7 ('a\\nb:8080') holds a control character"),
     ],
 )
 def test_monitor_refuses_what_would_reach_its_files_at_parse_time(
@@ -418,7 +418,7 @@ def test_with_prometheus_refuses_a_control_character_at_parse_time(
     argv = ["recipe", "show", "gemma3-270m-ngram", "--format", "compose"]
     with pytest.raises(SystemExit):
         main([*argv, "--with-prometheus", "mon\ninclude: x"])
-    assert "'mon\\ninclude: x' holds a control character" in capsys.readouterr().err
+    assert "('mon\\ninclude: x') holds a control character" in capsys.readouterr().err
 
 
 def test_with_prometheus_goes_with_compose_only(capsys: pytest.CaptureFixture) -> None:
