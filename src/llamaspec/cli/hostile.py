@@ -55,15 +55,13 @@ def check_values(
 ) -> None:
     """Refuse (exit 2, one paragraph) a parsed number that is not finite or is beyond a
     32-bit integer (no option's default is one: tests/unit/test_generated_sweep.py)."""
-    by_dest: dict[str, list[argparse.Action]] = {}
-    for action in _actions(parser):
-        by_dest.setdefault(action.dest, []).append(action)
     for dest, value in vars(args).items():
         for item in value if isinstance(value, (list, tuple)) else (value,):
             why = _unlike_any(item)
             if why is None:
                 continue
-            flags = [f for a in by_dest.get(dest, []) for f in a.option_strings]
+            # only on the way to the refusal: the tree is walked for the option's spelling
+            flags = [f for a in _actions(parser) if a.dest == dest for f in a.option_strings]
             given = [f for f in flags if any(x == f or x.startswith(f"{f}=") for x in argv)]
             flag = given[0] if given else f"--{dest.replace('_', '-')}"
             parser.error(
