@@ -20,7 +20,7 @@ from llamaspec.models.server_help import server_help
 from llamaspec.perf.costmodel import counters
 from llamaspec.perf.workloads import INVENTORY_MODULE
 from llamaspec.proof.hybrid import hybrid_model
-from llamaspec.proof.refmodels import eagle3
+from llamaspec.proof.refmodels import eagle3, qwen35
 from llamaspec.runtime.client import base_args, request, running
 
 pytestmark = pytest.mark.integration
@@ -332,3 +332,61 @@ def test_busy_max_stops_drafting_while_more_slots_are_busy_and_the_draft_skips_t
     drafted, accepted, _ = patched.after
     assert drafted > 2 * 8 and accepted >= 0.9 * drafted, patched.after
     assert patched.caught_up >= 1, patched.caught_up
+
+
+# Four prompts of different lengths, each asked again with a changed ending on the same slot
+# (its cached prompt is reused up to a context checkpoint): the traffic of verify's traffic
+# mode that showed the MTP-on-hybrid divergence, made small enough to repeat many times.
+MOVED_PROMPTS = (
+    "Write a C function that reverses a singly linked list in place.\n```c\n",
+    "The printing press changed how ideas travelled across Europe. Explain:\n\n",
+    "Rewrite this Python code, renaming items to products.\n```python\ndef f(items):\n"
+    "    return items\n```\n",
+    "The capital of France is",
+)
+MOVED_TOKENS = 96
+
+
+def _moved_seen(
+    artifact: Artifact, logs: Path, rounds: int, stop_at_first: bool
+) -> tuple[int, int]:
+    """(outputs that differ from plain decoding, outputs compared): draft-mtp on the random
+    Qwen3.5-style MoE hybrid, 8 slots; each round sends the four prompts at once, each on its
+    own slot with prompt reuse, then the four again with " and" appended."""
+    target = qwen35.moe_pair().target
+    base = [*base_args(target, ctx=8192, slots=8), "--no-kv-unified", "-fa", "off"]
+    asked = [p + end for end in ("", " and") for p in MOVED_PROMPTS]
+    with running(artifact.server, base, logs / f"moved-plain-{artifact.id}.log") as srv:
+        plain = {p: srv.post("/completion", request(p, MOVED_TOKENS))["tokens"] for p in asked}
+    mtp = ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-n-min", "0",
+           "--spec-draft-p-min", "0.0"]  # fmt: skip
+    differ = compared = 0
+    with running(artifact.server, [*base, *mtp], logs / f"moved-{artifact.id}.log") as srv:
+
+        def ask(slot_prompt: tuple[int, str]) -> bool:
+            slot, prompt = slot_prompt
+            body = {**request(prompt, MOVED_TOKENS, cache_prompt=True), "id_slot": slot}
+            return srv.post("/completion", body)["tokens"] == plain[prompt]
+
+        with ThreadPoolExecutor(len(MOVED_PROMPTS)) as pool:
+            for _ in range(rounds):
+                for end in ("", " and"):
+                    same = list(pool.map(ask, enumerate(p + end for p in MOVED_PROMPTS)))
+                    differ += same.count(False)
+                    compared += len(same)
+                if stop_at_first and differ:
+                    break
+    return differ, compared
+
+
+def test_mtp_on_a_hybrid_rolls_back_from_its_own_snapshots_when_a_later_ubatch_moves_it(
+    upstream_artifact: Artifact, upstream_stock_artifact: Artifact, tmp_path
+) -> None:
+    """recurrent-rollback-planes-move: under concurrent requests with prompt reuse, stock
+    MTP on a Qwen3.5-style hybrid sometimes continues from another sequence's snapshot after a
+    rollback, and its greedy output differs from plain decoding (measured: 2 to 10 of 1,200
+    requests in runs of 150 rounds); patched, none of 1,200 differ."""
+    differ, compared = _moved_seen(upstream_stock_artifact, tmp_path, 400, stop_at_first=True)
+    assert differ >= 1, f"stock showed no divergence in {compared} outputs"
+    differ, compared = _moved_seen(upstream_artifact, tmp_path, 150, stop_at_first=False)
+    assert (differ, compared) == (0, 150 * 2 * len(MOVED_PROMPTS))

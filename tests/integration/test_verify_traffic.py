@@ -27,10 +27,11 @@ from helpers import verify_cli
 pytestmark = pytest.mark.integration
 
 # (model, method): the embedded model with n-grams (its F32 draft would double the run), the
-# hybrid with a draft of other weights (rejections restore checkpoints), and MTP on the dense
-# hy_v3 reference. MTP on the Qwen3.5-style hybrids differs now and then under traffic on 8
-# slots (catalogued: mtp-hybrid-traffic-divergence), so CI does not run it here.
-RUNS = (("embedded", "ngram-mod"), ("hybrid", "draft"), ("mtp", "mtp"))
+# hybrid with a draft of other weights (rejections restore checkpoints), and MTP on the
+# Qwen3.5-style MoE hybrid (rejections roll the recurrent state back; at the pin a state moved
+# to another cell rolled back from another sequence's snapshot, mtp-hybrid-traffic-divergence,
+# which the default build's recurrent-rollback-planes-move fixes).
+RUNS = (("embedded", "ngram-mod"), ("hybrid", "draft"), ("qwen35moe-mtp", "mtp"))
 
 
 def test_every_completed_output_under_traffic_is_identical(upstream_artifact, tmp_path) -> None:

@@ -32,13 +32,19 @@ from llamaspec.engine import toolchain
 from llamaspec.engine.artifact import Artifact, load_artifact
 from llamaspec.errors import LlamaspecError, did_you_mean
 from llamaspec.models import dialects
+from llamaspec.models.server_help import server_help
 from llamaspec.perf import bench, bench_plans, reliability
 from llamaspec.perf.bench import BenchPlan
 from llamaspec.perf.workloads import WORKLOADS
 from llamaspec.progress import bar
+from llamaspec.proof.refmodels import registry
 from llamaspec.runtime.client import running
 
 STOCK, PATCHED, PLAIN = "stock", "patched", "plain"
+# a hybrid reference's MTP as verify serves it: one KV stream per slot, no flash attention
+HYBRID_SERVING = ("--no-kv-unified", "-fa", "off")
+MTP_HYBRID = ("--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-n-min", "0",
+              "--spec-draft-p-min", "0.0")  # fmt: skip
 OFF = (("speculative.n_max", 0),)  # a request that turns drafting off (patch 0001)
 
 
@@ -69,6 +75,10 @@ class Scenario:
     plain: bool = True  # also run the plain arm
     drop_type: bool = False  # the recipe's speculation without its --spec-type
     patched_args: tuple[str, ...] = ()  # server flags of the patched arm only (a new option)
+    # a reference family (proof.refmodels) served with `family_spec` instead of a recipe: for
+    # patches whose models no recipe ships here (the recipe field then names the family)
+    family: str = ""
+    family_spec: tuple[str, ...] = ()
 
     @property
     def clients(self) -> int:
@@ -98,6 +108,17 @@ SCENARIOS: tuple[Scenario, ...] = (
             patched_args=(dialects.SERVER_FLAGS["busy_max"], "2"),
         )
         for n in (1, 2, 4, 8)
+    ),
+    Scenario(
+        "mtp-hybrid-4-clients",
+        "recurrent-rollback-planes-move",
+        "draft-mtp on the random Qwen3.5-style MoE hybrid reference, four clients at once "
+        "(the patch copies the snapshots of the states a ubatch moves).",
+        "qwen35moe-mtp",
+        (Phase("qa", 4),),
+        "no slower than stock",
+        family="qwen35moe-mtp",
+        family_spec=MTP_HYBRID,
     ),
     Scenario(
         "draft-without-type",
@@ -208,6 +229,20 @@ def _sample(artifact: Artifact, args: Sequence[str], s: Scenario, log: Path) -> 
     return ArmRun(tokens, round(wall, 3), drafted, accepted, got)
 
 
+def family_plan(
+    s: Scenario, patched: Artifact, stock: Artifact, dialect: str, console: Console
+) -> BenchPlan:
+    """A reference family's target served plainly and with the scenario's flags; both builds
+    must be able to serve the family (one paragraph otherwise)."""
+    pair = None
+    for a in (patched, stock):
+        engine = str(a.manifest.get("engine"))
+        pair = registry.pair_for(s.family, engine, dialect, server_help(a.server), console.print)
+    assert pair is not None
+    plain = ("-m", str(pair.target), "-c", "4096", "--no-warmup", *HYBRID_SERVING)
+    return BenchPlan(s.family, plain, s.family_spec, ("mtp",), pair.target, None, 4)
+
+
 def check_pair(patched: Artifact, stock: Artifact) -> None:
     """The two builds are one pin, one backend, one set of flags; only patches differ."""
     mp, ms = patched.manifest, stock.manifest
@@ -265,7 +300,11 @@ def measure(
     dialect = dialects.dialect_for(patched, console.print)
     plans: dict[str, BenchPlan] = {}
     for s in scenarios:
-        if s.recipe not in plans:
+        if s.recipe in plans:
+            continue
+        if s.family:
+            plans[s.recipe] = family_plan(s, patched, stock, dialect, console)
+        else:
             recipe, target, draft = bench_plans.recipe_models(s.recipe, console)
             plan = bench_plans.recipe_plan(patched, recipe, target, draft, console)
             bench_plans.recipe_plan(stock, recipe, target, draft, console)  # stock accepts it
@@ -382,6 +421,7 @@ def summarize(
         "question": s.question,
         "goal": s.goal,
         "recipe": s.recipe,
+        "family": s.family,
         "traffic": [ph.describe() for ph in s.phases],
         "commands": {arm: bench.shown(arm_args(p, s, arm, dialect)) for arm in runs},
         "arms": {arm: _arm(samples) for arm, samples in runs.items()},

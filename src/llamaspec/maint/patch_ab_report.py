@@ -81,7 +81,8 @@ def markdown(report: Mapping[str, Any]) -> str:
             )
     lines += ["", "## Questions and commands", ""]
     for row in report["scenarios"]:
-        lines += [f"**{row['name']}** (recipe `{row['recipe']}`): {row['question']}", ""]
+        kind = "reference" if row.get("family") else "recipe"
+        lines += [f"**{row['name']}** ({kind} `{row['recipe']}`): {row['question']}", ""]
         lines += [f"- {arm}: `{cmd}`" for arm, cmd in row["commands"].items()]
         if row["reasons"]:
             lines.append(f"- unreliable: {'; '.join(row['reasons'])}")
