@@ -351,8 +351,9 @@ def _moved_seen(
     artifact: Artifact, logs: Path, rounds: int, stop_at_first: bool
 ) -> tuple[int, int]:
     """(outputs that differ from plain decoding, outputs compared): draft-mtp on the random
-    Qwen3.5-style MoE hybrid, 8 slots; each round sends the four prompts at once, each on its
-    own slot with prompt reuse, then the four again with " and" appended."""
+    Qwen3.5-style MoE hybrid, 8 slots, each used once; then each round sends the four prompts
+    at once, each on its own slot with prompt reuse, then the four again with " and"
+    appended."""
     target = qwen35.moe_pair().target
     base = [*base_args(target, ctx=8192, slots=8), "--no-kv-unified", "-fa", "off"]
     asked = [p + end for end in ("", " and") for p in MOVED_PROMPTS]
@@ -362,6 +363,10 @@ def _moved_seen(
            "--spec-draft-p-min", "0.0"]  # fmt: skip
     differ = compared = 0
     with running(artifact.server, [*base, *mtp], logs / f"moved-{artifact.id}.log") as srv:
+        # every slot serves a request first (the server picks them), so that the cells of
+        # eight sequences lie between those that the rounds use
+        for p in asked * 2:
+            srv.post("/completion", request(p, MOVED_TOKENS))
 
         def ask(slot_prompt: tuple[int, str]) -> bool:
             slot, prompt = slot_prompt
