@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError
@@ -130,3 +131,31 @@ def test_summary_ratios_spread_and_the_report_table(tmp_path: Path) -> None:
     assert "| request-control-mixed | server-request-spec-n-max |" in md
     assert "**1.20×** (1.20, 2.00, 1.10)" in md
     assert "speculative.n_max 0" in md  # the traffic names the request field
+
+
+def test_a_reference_family_scenario_renders_its_speculation_for_the_dialect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The MTP-hybrid scenario serves a reference family, not a recipe: both builds must be
+    able to serve it, and its speculative flags are rendered for the build's dialect."""
+    (s,) = patch_ab.select(["mtp-hybrid-4-clients"])
+    assert (s.family, s.recipe, s.plain) == ("qwen35moe-mtp", "qwen35moe-mtp", False)
+    asked: list[str] = []
+
+    class Pair:
+        target = Path("qwen35moe-mtp.gguf")
+
+    def pair_for(name: str, engine: str, dialect: str, help_text: str, say=None) -> Pair:
+        asked.append(f"{name} {engine} {dialect}")
+        return Pair()
+
+    monkeypatch.setattr(patch_ab.registry, "pair_for", pair_for)
+    monkeypatch.setattr(patch_ab, "server_help", lambda server: "")
+    patched, stock = _artifact("p", ["x"]), _artifact("s", [])
+    plan = patch_ab.family_plan(s, patched, stock, "upstream", Console(quiet=True))
+    assert asked == ["qwen35moe-mtp llama.cpp upstream"] * 2  # each build is asked
+    assert plan.spec_args == ("--spec-type", "draft-mtp", "--spec-draft-n-max", "3",
+                              "--spec-draft-n-min", "0", "--spec-draft-p-min", "0.0")  # fmt: skip
+    args = patch_ab.arm_args(plan, s, PATCHED, "upstream")
+    assert args[:2] == ["-m", "qwen35moe-mtp.gguf"] and "--no-kv-unified" in args
+    assert args[args.index("-np") + 1] == "4" and args[-1] == "--metrics"

@@ -41,10 +41,8 @@ from llamaspec.proof.refmodels import registry
 from llamaspec.runtime.client import running
 
 STOCK, PATCHED, PLAIN = "stock", "patched", "plain"
-# a hybrid reference's MTP as verify serves it: one KV stream per slot, no flash attention
+# a hybrid reference served as verify serves it: one KV stream per slot, no flash attention
 HYBRID_SERVING = ("--no-kv-unified", "-fa", "off")
-MTP_HYBRID = ("--spec-type", "draft-mtp", "--spec-draft-n-max", "3", "--spec-draft-n-min", "0",
-              "--spec-draft-p-min", "0.0")  # fmt: skip
 OFF = (("speculative.n_max", 0),)  # a request that turns drafting off (patch 0001)
 
 
@@ -78,7 +76,7 @@ class Scenario:
     # a reference family (proof.refmodels) served with `family_spec` instead of a recipe: for
     # patches whose models no recipe ships here (the recipe field then names the family)
     family: str = ""
-    family_spec: tuple[str, ...] = ()
+    family_spec: dialects.SpecSettings | None = None
 
     @property
     def clients(self) -> int:
@@ -120,7 +118,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         "no slower than stock",
         plain=False,
         family="qwen35moe-mtp",
-        family_spec=MTP_HYBRID,
+        family_spec=dialects.SpecSettings("mtp", n_max=3, p_min=0.0),
     ),
     Scenario(
         "draft-without-type",
@@ -240,9 +238,11 @@ def family_plan(
     for a in (patched, stock):
         engine = str(a.manifest.get("engine"))
         pair = registry.pair_for(s.family, engine, dialect, server_help(a.server), console.print)
-    assert pair is not None
+    assert pair is not None and s.family_spec is not None
     plain = ("-m", str(pair.target), "-c", "4096", "--no-warmup", *HYBRID_SERVING)
-    return BenchPlan(s.family, plain, s.family_spec, ("mtp",), pair.target, None, 4)
+    spec = tuple(dialects.spec_args(dialect, s.family_spec))
+    types = (s.family_spec.method,)
+    return BenchPlan(s.family, plain, spec, types, pair.target, None, s.family_spec.n_max + 1)
 
 
 def check_pair(patched: Artifact, stock: Artifact) -> None:
