@@ -3,9 +3,10 @@ the same pin, in one run.
 
 Two builds of one pin take turns: the default build, which carries the patch queue, and
 `build --no-default-patches`, the stock server. Each scenario names the patch it measures
-(none for a health row: a workload no patch should slow), a recipe and its traffic: phases
-of a built-in workload with some clients at once and request fields (such as
-`speculative.n_max`). Every sample starts a
+(none for a health row: a workload no patch should slow), a recipe (or, for a patch no
+shipped recipe's model reaches here, a reference family of proof.refmodels with the
+speculation to serve it) and its traffic: phases of a built-in workload with some clients at
+once and request fields (such as `speculative.n_max`). Every sample starts a
 fresh server, so it is a first exposure; the arms run one after another with their order
 reversed every repetition, so drift on a shared machine hits both. A plain arm (the patched
 binary without its speculative flags) runs where a scenario's goal is stated against plain
