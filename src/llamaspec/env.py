@@ -3,10 +3,13 @@ its default. The docs' reference page (reference/environment.md) is rendered fro
 when the site is built, and a unit test (tests/unit/test_env.py) fails when the code reads a
 variable the table lacks or the table names one nothing reads.
 
-A variable of kind `seconds` is read through `seconds` and checked by `check` when a
-command starts: a value that is not a positive finite number is one paragraph naming it.
+Each variable has a kind (`seconds`, a directory, a file, a URL, one of some words, a
+pattern, or free text) and `check` refuses, when a command starts, a value its kind rules
+out: one paragraph naming the variable, whatever the command (tests/unit/test_generated_sweep.py
+sets each to garbage of its kind). No value may hold a control character or run past
+LONGEST characters.
 
-A base module: of llamaspec's, it imports only `errors`."""
+A base module: of llamaspec's, it imports only `errors` and `pathcheck`."""
 
 from __future__ import annotations
 
@@ -14,7 +17,9 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
+from llamaspec import pathcheck
 from llamaspec.errors import LlamaspecError
 
 LLAMASPEC = "llamaspec"  # read by the llamaspec command (and the nox sessions)
@@ -29,7 +34,10 @@ class EnvVar:
     meaning: str
     default: str
     read_by: str = LLAMASPEC
-    kind: str = "text"  # "seconds": a positive finite number, checked by `check`
+    kind: str = "text"  # one of KINDS: what `check` holds the value to
+    choices: tuple[str, ...] = ()  # kind "choice": the words it takes (any case)
+    pattern: str = ""  # kind "pattern": a regular expression the whole value matches
+    form: str = ""  # kind "pattern": the form in words, for the refusal
 
 
 CACHE = EnvVar(
@@ -37,24 +45,28 @@ CACHE = EnvVar(
     "The cache directory: engine sources, build trees, ccache, downloaded models and "
     "toolkits, reference copies, image build logs. Must be writable.",
     "the platform's user cache dir (`~/.cache/llamaspec` on Linux)",
+    kind="writable-dir",
 )
 DATA = EnvVar(
     "LLAMASPEC_DATA",
     "The user data directory of an installed llamaspec used outside a checkout: the lock, "
     "tuned recipes, `dist/` and `reports/`.",
     "the platform's user data dir (`~/.local/share/llamaspec` on Linux)",
+    kind="writable-dir",
 )
 CONFIG_DIR = EnvVar(
     "LLAMASPEC_CONFIG_DIR",
     "The user config directory: your own `models.yaml` (models and pairs) and "
     "`recipes/*.yaml`, read over the project's. Only read, never written.",
     "the platform's user config dir (`~/.config/llamaspec` on Linux)",
+    kind="dir",
 )
 CONFIG = EnvVar(
     "LLAMASPEC_CONFIG",
     "The user config file (build defaults, `registry`). When set, the file must exist.",
     "`config.yaml` in the platform's user config dir (`~/.config/llamaspec/config.yaml`), "
     "whatever `LLAMASPEC_CONFIG_DIR` says",
+    kind="file",
 )
 ROOT = EnvVar(
     "LLAMASPEC_ROOT",
@@ -62,6 +74,7 @@ ROOT = EnvVar(
     "Inside an image the entrypoint reads it as the install root.",
     "the checkout holding `engines.yaml` (the working directory or a parent), else the "
     "catalogs installed with the package; `/opt/llamaspec` in an image",
+    kind="dir",
 )
 SERVER_READY_TIMEOUT = EnvVar(
     "LLAMASPEC_SERVER_READY_TIMEOUT",
@@ -83,29 +96,38 @@ DEBIAN_MIRROR = EnvVar(
     "The Debian mirror the Vulkan headers (`spirv-headers`) and `docker base` (debootstrap) "
     "download from.",
     "`http://deb.debian.org/debian`",
+    kind="url",
 )
 PYPI_URL = EnvVar(
     "LLAMASPEC_PYPI_URL",
     "The PyPI JSON API `bump` asks whether an engine's source mirror has a newer sdist.",
     "`https://pypi.org/pypi`",
+    kind="url",
 )
 REGISTRY = EnvVar(
     "LLAMASPEC_REGISTRY",
     "The registry `docker pull` pulls from when `--registry` is not given; it wins over the "
     "user config's `registry`.",
     "the user config's `registry`, else `ghcr.io/llamaspec`",
+    kind="pattern",
+    pattern=r"[a-z0-9\[][a-z0-9.:_\[\]/-]*",  # the shape; images/remote.py checks the rest
+    form="a registry address, HOST[:PORT][/NAMESPACE...] in lower case (ghcr.io/llamaspec)",
 )
 SOURCE_URL = EnvVar(
     "LLAMASPEC_SOURCE_URL",
     "The repository URL an image build writes into its `org.opencontainers.image.source` label.",
     "`pyproject.toml`'s `[project.urls]` Source, else the checkout's git remote `origin` "
     "(as an https URL)",
+    kind="url",
 )
 SIGNER_REPO = EnvVar(
     "LLAMASPEC_SIGNER_REPO",
     "The GitHub repository (`OWNER/REPO`) whose `docker.yml` workflow must have signed an image "
     "`docker pull` accepts (a fork that publishes under another name sets it).",
     "`OWNER/llamaspec` for a `ghcr.io/OWNER` registry, else `llamaspec/llamaspec`",
+    kind="pattern",
+    pattern=r"[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+",
+    form="a GitHub repository, OWNER/REPO (llamaspec/llamaspec)",
 )
 CA_BUNDLE = EnvVar(
     "LLAMASPEC_CA_BUNDLE",
@@ -113,6 +135,7 @@ CA_BUNDLE = EnvVar(
     "secret, never stored in a layer.",
     "`PIP_CERT`, else `SSL_CERT_FILE`, else `REQUESTS_CA_BUNDLE`, else "
     "`/etc/ssl/certs/ca-certificates.crt` where it exists",
+    kind="file",
 )
 BUILDX_CACHE = EnvVar(
     "LLAMASPEC_BUILDX_CACHE",
@@ -148,6 +171,8 @@ SPEC_GATE = EnvVar(
     "head loaded, nothing drafted): `off` leaves it out (no `--metrics` added, no watcher, "
     "no check); in an image, `fail` makes the container unhealthy instead of only saying so.",
     "`warn`: `serve` and the health check print the gate's paragraph",
+    kind="choice",
+    choices=("off", "warn", "fail"),
 )
 GATE_FILE = EnvVar(
     "LLAMASPEC_GATE_FILE",
@@ -227,17 +252,71 @@ def seconds(var: EnvVar, default: float) -> float:
     return value
 
 
+KINDS = ("text", "seconds", "writable-dir", "dir", "file", "url", "choice", "pattern")
+LONGEST = 4096  # characters: no path, URL or name llamaspec reads is longer
+# control characters, line and paragraph separators, and the direction overrides that make
+# text read other than it is
+UNSEEN = "\x7f\x85\u2028\u2029\u202a-\u202e\u2066-\u2069"
+CONTROL = re.compile(f"[\x00-\x1f{UNSEEN}]")
+_URL = re.compile(r"https?://[^\s/?#@]+(/[^\s]*)?")
+
+
 def check() -> None:
-    """Refuse, before a command does anything, a variable whose value its kind rules out."""
+    """Refuse, before a command does anything, a variable whose value its kind rules out;
+    empty counts as unset (as `get` reads it)."""
     for var in VARIABLES:
-        if var.kind == "seconds" and var.read_by == LLAMASPEC:
-            seconds(var, 1.0)
+        value = os.environ.get(var.name, "")
+        if var.read_by != LLAMASPEC or value == "":
+            continue
+        if why := _unlike(var, value):
+            raise LlamaspecError(
+                f"The environment variable {var.name} is {_shown(value)}, which {why}. "
+                f"Set it to {_wanted(var)}, or unset it (`unset {var.name}`) for the "
+                f"default ({var.default.rstrip('.')})."
+            )
 
 
-def _table(variables: list[EnvVar]) -> list[str]:
-    out = ["| Variable | What it changes | When unset |", "| --- | --- | --- |"]
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 200 else f"{value[:200]}…")
+
+
+def _unlike(var: EnvVar, value: str) -> str | None:
+    """Why `value` is not one `var`'s kind takes, or None."""
+    if CONTROL.search(value):
+        return "holds a control character (a line break, NUL, a direction override or the like)"
+    if len(value) > LONGEST:
+        return f"runs to {len(value):,} characters, more than the {LONGEST:,} any value takes"
+    if var.kind == "seconds":
+        number = float(value) if _NUMBER.fullmatch(value) else math.nan
+        return None if math.isfinite(number) and number > 0 else "is not a number above 0"
+    if var.kind == "url":
+        return None if _URL.fullmatch(value) else "is not an http:// or https:// URL"
+    if var.kind == "choice":
+        return None if value.lower() in var.choices else f"is not one of {', '.join(var.choices)}"
+    if var.kind == "pattern":
+        return None if re.fullmatch(var.pattern, value) else f"is not {var.form}"
+    if var.kind in pathcheck.KINDS:
+        return pathcheck.why_not(Path(value), var.kind)
+    return None
+
+
+def _wanted(var: EnvVar) -> str:
+    return {
+        "seconds": f"a plain number of seconds such as `{var.name}=1800`",
+        "writable-dir": "a directory you can write into (created when missing)",
+        "dir": "a directory that exists",
+        "file": "a file that exists",
+        "url": "an http:// or https:// URL",
+        "choice": " or ".join(var.choices),
+        "pattern": var.form,
+    }.get(var.kind, "a value without control characters")
+
+
+def _table(variables: list[EnvVar], takes: bool = False) -> list[str]:
+    head = ("Variable", "What it changes", "When unset", *(("Takes",) if takes else ()))
+    out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for v in variables:
-        cells = (f"`{v.name}`", v.meaning, v.default)
+        cells = (f"`{v.name}`", v.meaning, v.default, *((_wanted(v),) if takes else ()))
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return out
 
@@ -252,7 +331,11 @@ def markdown() -> str:
         "",
         "## llamaspec",
         "",
-        *_table([v for v in VARIABLES if v.read_by == LLAMASPEC]),
+        "Each is checked when a command starts: a value it does not take (the last column; "
+        f"none takes a control character or over {LONGEST:,} characters) is one paragraph "
+        "naming it, before any work. An empty value counts as unset.",
+        "",
+        *_table([v for v in VARIABLES if v.read_by == LLAMASPEC], takes=True),
         "",
         "## Inside an image",
         "",

@@ -63,10 +63,10 @@ def test_folders_and_files_are_checked_when_parsed(tmp_path: Path) -> None:
     assert shared.out_file(str(tmp_path / "record.json")) == tmp_path / "record.json"
     with pytest.raises(argparse.ArgumentTypeError, match="is a folder"):
         shared.out_file(str(tmp_path))
-    with pytest.raises(argparse.ArgumentTypeError, match="is a file, not a folder"):
+    with pytest.raises(argparse.ArgumentTypeError, match="is under the file"):
         shared.out_file(str(afile / "record.json"))
     assert shared.existing_file(str(afile)) == afile
-    with pytest.raises(argparse.ArgumentTypeError, match="is a directory"):
+    with pytest.raises(argparse.ArgumentTypeError, match="is a folder, not a file"):
         shared.existing_file(str(tmp_path))
     with pytest.raises(argparse.ArgumentTypeError, match="does not exist"):
         shared.existing_file(str(tmp_path / "missing.gguf"))
@@ -90,9 +90,10 @@ def _unwritable() -> list[str]:
 
 @pytest.mark.parametrize("text", _unwritable())
 def test_a_folder_that_cannot_be_made_is_refused_when_parsed(text: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(f"{text} cannot be made")):
+    said = f"{text} is under a kernel filesystem"
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(said)):
         shared.out_dir(text)
-    with pytest.raises(argparse.ArgumentTypeError, match="cannot be made"):
+    with pytest.raises(argparse.ArgumentTypeError, match="kernel filesystem"):
         shared.out_dir(f"{text}/deeper")
 
 
@@ -102,10 +103,10 @@ def test_a_read_only_folder_is_refused_and_the_probe_leaves_nothing(tmp_path: Pa
     (rw / "kept").write_text("x")
     assert shared.out_dir(str(rw)) == rw and shared.out_dir(str(rw / "new")) == rw / "new"
     assert sorted(p.name for p in rw.iterdir()) == ["kept"]
-    # a folder no user can write, root included (chmod 555 does not stop root): /proc's
-    unwritable = (("/proc/self", "cannot be written"), ("/proc/llamaspec-x", "cannot be made"))
-    for text, said in unwritable:
-        with pytest.raises(argparse.ArgumentTypeError, match=said):
+    # a folder no user can write, root included (chmod 555 does not stop root): /proc's,
+    # refused by where it is before the probe
+    for text in ("/proc/self", "/proc/llamaspec-x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="kernel filesystem"):
             shared.out_dir(text)
 
 
@@ -119,7 +120,7 @@ def test_reports_under_sys_is_one_line_not_a_traceback(
         main([*command.split(), "--reports", "/sys/llamaspec-x"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "Traceback" not in err
-    assert "argument --reports: /sys/llamaspec-x cannot be made (in /sys)" in err
+    assert "argument --reports: /sys/llamaspec-x is under a kernel filesystem" in err
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "soon"])

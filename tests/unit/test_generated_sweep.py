@@ -1,7 +1,10 @@
-"""The bad-input sweep generated from the command tree (issue 54): every option of every
-command, the new ones included without a list, refuses a value with a control character,
-and every typed option refuses a number that is not finite or beyond a 32-bit integer, in
-one paragraph (exit 2) before any work, writing nothing."""
+"""The bad-input sweep generated from the command tree and the environment table (issue 54):
+every option of every command, the new ones included without a list, refuses a value with
+a control character (a direction override included) or of 10,000 characters, and every
+typed option a number that is not finite or beyond a 32-bit integer, in one paragraph
+(exit 2) before any work, writing nothing. Every `LLAMASPEC_*` variable llamaspec reads,
+set to garbage of its kind (env.KINDS), is refused the same way by any command.
+Paths, the values checked against the machine, are swept in test_generated_paths.py."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from llamaspec.cli.main import make_parser, parse
 pytestmark = pytest.mark.unit
 
 NUMBERS = ("nan", "inf", "-inf", "1e400", "99999999999999999999", "-99999999999999999999")
-CONTROL = ("a\nb", "a\rb", "a\x1bb")
+CONTROL = ("a\nb", "a\rb", "a\x1bb", "a\u202eb")
 
 
 def _commands(
@@ -97,6 +100,8 @@ def test_every_option_refuses_hostile_values_in_one_paragraph_writing_nothing(
     for text in CONTROL:
         said = _refused([*path, *fill, f"{flag}={text}"], capsys)
         assert "holds a control character" in said, said
+    said = _refused([*path, *fill, f"{flag}={'x' * 10_000}"], capsys)
+    assert "characters, more than the 4,096" in said, said
     for text in _hostile_numbers(action):
         said = _refused([*path, *fill, f"{flag}={text}"], capsys)
         assert flag in said or action.option_strings[0] in said, said
@@ -122,3 +127,84 @@ def test_the_entry_point_refuses_before_any_work(capsys, tmp_path, monkeypatch) 
         exc.value.code == 2 and "--duration nan is not a finite number" in capsys.readouterr().err
     )
     assert not any(tmp_path.iterdir())
+
+
+# --- every LLAMASPEC_* variable, set to garbage of its kind --------------------------------------
+
+from llamaspec import env  # noqa: E402
+
+EVERYWHERE = ("a\nb", "a\u202eb", "x" * 10_000)  # no variable takes these
+GARBAGE = {
+    "text": (),
+    "seconds": ("abc", "nan", "-1", "0", "1e999", " 5"),
+    "writable-dir": ("{tmp}/afile", "{tmp}/afile/sub", "/sys/llamaspec-sweep", "/proc/x"),
+    "dir": ("{tmp}/missing", "{tmp}/afile", "/proc/llamaspec-sweep"),
+    "file": ("{tmp}/missing", "{tmp}/empty", "/sys/llamaspec-sweep"),
+    "url": ("not a url", "ftp://host/x", "http://", "http://a b/"),
+    "choice": ("maybe", "o ff"),
+    "pattern": ("Not A Name!", "a b"),
+}
+FINE = {  # one value each kind takes (a pattern's comes from its form's example)
+    "text": "1",
+    "seconds": "2.5",
+    "writable-dir": "{tmp}/new/dir",
+    "dir": "{tmp}/empty",
+    "file": "{tmp}/afile",
+    "url": "http://127.0.0.1:9/simple",
+}
+READ = [v for v in env.VARIABLES if v.read_by == env.LLAMASPEC]
+CASES = [(v, text) for v in READ for text in (*GARBAGE[v.kind], *EVERYWHERE)]
+
+
+def _fine(var: env.EnvVar) -> str:
+    if var.kind == "choice":
+        return var.choices[0]
+    if var.kind == "pattern":
+        return var.form.rsplit("(", 1)[1].rstrip(")")
+    return FINE[var.kind]
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory with a plain file and an empty folder, and every user dir in it;
+    every LLAMASPEC_ variable unset."""
+    for name in list(__import__("os").environ):
+        if name.startswith("LLAMASPEC_"):
+            monkeypatch.delenv(name)
+    (tmp_path / "afile").write_text("a plain file\n")
+    (tmp_path / "empty").mkdir()
+    for var, sub in ((env.CACHE, "cache"), (env.DATA, "data"), (env.CONFIG_DIR, "config")):
+        (tmp_path / sub).mkdir()
+        monkeypatch.setenv(var.name, str(tmp_path / sub))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_every_variable_has_a_kind_the_sweep_knows() -> None:
+    assert {v.kind for v in env.VARIABLES} <= set(GARBAGE) == set(env.KINDS)
+    assert len(CASES) >= 60, len(CASES)
+
+
+@pytest.mark.parametrize(("var", "text"), CASES, ids=[f"{v.name}={t[:20]!r}" for v, t in CASES])
+def test_every_variable_set_to_garbage_is_refused_before_any_work(
+    var: env.EnvVar, text: str, world: Path, monkeypatch, capsys
+) -> None:
+    from llamaspec.cli.main import main
+
+    value = text.replace("{tmp}", str(world))
+    monkeypatch.setenv(var.name, value)
+    before = sorted(p.relative_to(world) for p in world.rglob("*"))
+    status = main(["recipe", "list"])
+    err = capsys.readouterr().err
+    said = " ".join(err.split())
+    assert status == 2 and "Traceback" not in err, (status, err[-800:])
+    assert said.startswith("error: The environment variable " + var.name), said[:300]
+    assert "\n\n" not in err.strip() and "unset" in said, said[:300]
+    assert sorted(p.relative_to(world) for p in world.rglob("*")) == before
+
+
+@pytest.mark.parametrize("var", READ, ids=[v.name for v in READ])
+def test_every_variable_takes_a_value_of_its_kind(var: env.EnvVar, world: Path, monkeypatch):
+    monkeypatch.setenv(var.name, _fine(var).replace("{tmp}", str(world)))
+    env.check()
+    assert not (world / "new").exists()  # checking a directory does not create it

@@ -16,7 +16,7 @@ PACKAGE = Path(llamaspec.__file__).parent
 # Lowest first. A module may import its own layer and any layer before it.
 LAYERS = ("base", "engine", "models", "runtime", "proof", "perf", "images", "maint", "cli")
 # Base modules; `config` may be a module or a package: all of llamaspec.config.* is base.
-BASE = {"errors", "paths", "env", "config", "lock", "procs", "progress", "netaddr"}
+BASE = {"errors", "paths", "pathcheck", "env", "config", "lock", "procs", "progress", "netaddr"}
 
 
 def _layer(module: str) -> str:

@@ -4,7 +4,6 @@ builds cost here, which speculative settings are fastest, and whether clean buil
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import shared
@@ -36,8 +35,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help=f"recipe name (default: {DEFAULT_RECIPE}, or an ad-hoc run with --target)",
     )
     _common(b)
-    b.add_argument("--target", type=Path, metavar="FILE", help="ad-hoc: the target GGUF")
-    b.add_argument("--draft", type=Path, metavar="FILE", help="ad-hoc: a draft GGUF")
+    b.add_argument(
+        "--target", type=shared.some_file, metavar="FILE", help="ad-hoc: the target GGUF"
+    )
+    b.add_argument("--draft", type=shared.some_file, metavar="FILE", help="ad-hoc: a draft GGUF")
     b.add_argument(
         "--spec",
         action="append",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llamaspec.cli import options, shared
@@ -96,7 +95,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     s.set_defaults(handler=cmd_docker_smoke)
     pu = dsub.add_parser("push", help="push a built image's tags; print the digest to sign")
-    pu.add_argument("--record", type=Path, required=True, help="JSON from `docker build --out`")
+    pu.add_argument(
+        "--record", type=shared.some_file, required=True, help="JSON from `docker build --out`"
+    )
     pu.add_argument("--tool", choices=["auto", "docker", "buildah"], default="auto")
     pu.set_defaults(handler=cmd_docker_push)
     bs = dsub.add_parser("build-stage", help="(inside the image) build and stage the runtime tree")
@@ -119,7 +120,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sz.add_argument("image")
     sz.add_argument("--base", **_spec(lambda s: s.BASES["cpu"][0], "image"))
     shared.add_reports(sz)
-    sz.add_argument("--record", type=Path, help="JSON from `docker build --out` (build times)")
+    sz.add_argument(
+        "--record", type=shared.some_file, help="JSON from `docker build --out` (build times)"
+    )
     sz.set_defaults(handler=cmd_docker_size)
 
 

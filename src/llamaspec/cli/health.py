@@ -72,7 +72,7 @@ def _mirror(text: str) -> tuple[str, Path]:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not ENGINE=DIR; e.g. ik_llama.cpp=ik_llama.cpp.git"
         )
-    return name, Path(where)
+    return name, options.checked_path(where, "some-dir", "give ENGINE=DIR with a clone in DIR")
 
 
 def cmd_health(args: argparse.Namespace, console: Console) -> None:

@@ -1,7 +1,8 @@
 """Values no option of any command takes, refused for the whole command tree at once.
 
-A control character (a line break, NUL, escape) in any argument would end up in the
-commands, reports and YAML files llamaspec writes; a number that is not finite, or beyond a
+A control character (a line break, NUL, escape, a direction override) in any argument
+would end up in the commands, reports and YAML files llamaspec writes, and no argument runs
+past env.LONGEST characters; a number that is not finite, or beyond a
 32-bit integer, is no count, size or time any option means. Checking the parsed values
 here, rather than in each option's type, keeps a new command's options covered without a
 list to maintain (tests/unit/test_generated_sweep.py walks the tree to prove it).
@@ -14,19 +15,28 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 
-CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+from llamaspec import env
+
+CONTROL = re.compile(f"[\x00-\x08\x0a-\x1f{env.UNSEEN}]")  # a tab is no harm
 LARGEST = 2**31 - 1  # no count llamaspec passes on (to llama-server or to a loop) is larger
 
 
 def check_argv(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    """Refuse (exit 2, one paragraph) an argument that holds a control character."""
+    """Refuse (exit 2, one paragraph) an argument that holds a control character or is
+    longer than any path, name or value llamaspec takes."""
     for i, arg in enumerate(argv, start=1):
+        if len(arg) > env.LONGEST:
+            parser.error(
+                f"argument {i} ({arg[:40]!r}…) runs to {len(arg):,} characters, more than the "
+                f"{env.LONGEST:,} any llamaspec option or name takes. Shorten it (a long text "
+                "goes in a file, where an option reads one)."
+            )
         if CONTROL.search(arg):
             parser.error(
-                f"argument {i} ({arg!r}) holds a control character (a line break, NUL or the "
-                "like). No llamaspec option or name takes one: it would end up in the "
-                "commands, reports and files llamaspec writes. Retype the value, or rename "
-                "the file or folder it names."
+                f"argument {i} ({arg!r}) holds a control character (a line break, NUL, a "
+                "direction override or the like). No llamaspec option or name takes one: it "
+                "would end up in the commands, reports and files llamaspec writes. Retype the "
+                "value, or rename the file or folder it names."
             )
 
 

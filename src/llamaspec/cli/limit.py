@@ -5,7 +5,6 @@ length swept against a perfect engine of the verification costs measured on thei
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llamaspec.cli import shared
@@ -98,7 +97,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--bench",
-        type=Path,
+        type=shared.some_file,
         action="append",
         default=[],
         metavar="REPORT.json",

@@ -31,14 +31,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     ck = msub.add_parser("check", help="judge a pair (or two GGUF files) with the engine's rules")
     ck.add_argument("pair", nargs="?", help="pair name from models.yaml")
-    ck.add_argument("--target-file", type=Path, help="a local target GGUF (instead of the hub)")
-    ck.add_argument("--draft-file", type=Path, help="a local draft GGUF (instead of the hub)")
+    ck.add_argument(
+        "--target-file", type=shared.some_file, help="a local target GGUF (instead of the hub)"
+    )
+    ck.add_argument(
+        "--draft-file", type=shared.some_file, help="a local draft GGUF (instead of the hub)"
+    )
     ck.set_defaults(handler=cmd_models_check)
     pl = msub.add_parser("pull", help="check, download and verify a pair into the HF cache")
     pl.add_argument("pair")
     pl.add_argument(
         "--local-dir",
-        type=Path,
+        type=shared.some_dir,
         metavar="DIR",
         help="also place the files in DIR as plain files (hard links or copies), e.g. for "
         "`docker run -v DIR:/models:ro` or `recipe show --format docker --models-dir DIR`",
@@ -77,7 +81,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sh.add_argument("--image", help="with --format docker: the image (default: the published one)")
     sh.add_argument(
         "--models-dir",
-        type=Path,
+        type=shared.some_dir,
         metavar="DIR",
         help="with --format docker/compose: mount DIR (from `models pull --local-dir DIR`) "
         "read-only at /models instead of each file from the Hugging Face cache",
@@ -140,12 +144,17 @@ def _monitor_parser(rsub: argparse._SubParsersAction) -> None:
         "a Grafana dashboard for a recipe's server into --out DIR",
     )
     mo.add_argument("recipe")
-    mo.add_argument("--out", type=Path, required=True, metavar="DIR", help="where to write")
+    mo.add_argument(
+        "--out", type=shared.out_dir, required=True, metavar="DIR", help="where to write"
+    )
     mo.add_argument("--engine", type=options.non_empty, help="llama.cpp (default) or ik_llama.cpp")
     mo.add_argument(
-        "--report", type=Path, metavar="FILE", help="the bench report whose acceptance is the "
-        "baseline (default: the recipe's newest in reports/)",
-    )  # fmt: skip
+        "--report",
+        type=shared.some_file,
+        metavar="FILE",
+        help="the bench report whose acceptance is the baseline (default: the recipe's newest "
+        "in reports/)",
+    )
     mo.add_argument(
         "--baseline-acceptance", type=float, metavar="X", help="the baseline acceptance "
         "(0-1) instead of a report's (marked not measured)",
@@ -188,7 +197,7 @@ def _monitoring_type(kind: str):
                 return text
             if kind == "target":
                 return monitoring.check_target(text)
-            return monitoring.check_folder(Path(text), "")
+            return shared.some_dir(str(monitoring.check_folder(Path(text), "")))
         except LlamaspecError as exc:
             raise argparse.ArgumentTypeError(str(exc).strip()) from None
 

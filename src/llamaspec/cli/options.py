@@ -12,15 +12,33 @@ only inside the functions that need them, never at import time.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from llamaspec import pathcheck
 from llamaspec.errors import LlamaspecError
 from llamaspec.paths import default_out
 
 MAX_JOBS = 4096  # more parallel compile jobs than any one machine runs
+
+
+def checked_path(text: str, kind: str, fix: str) -> Path:
+    """argparse type core: `text` as a path of `kind` (llamaspec/pathcheck.py), or a refusal
+    naming it and saying `fix`."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must not be empty; {fix}")
+    path = Path(text)
+    if why := pathcheck.why_not(path, kind):
+        raise argparse.ArgumentTypeError(f"{text} {why}; {fix}")
+    return path
+
+
+def _some_dir(text: str) -> Path:
+    """A folder a command reads or makes (its existence is the command's to check)."""
+    return checked_path(text, "some-dir", "give the path of a folder")
 
 
 def positive_int(text: str) -> int:
@@ -69,7 +87,15 @@ def patch_source_form(text: str) -> str:
             f"{text!r}: write it as DIR|URL (a local mirror or a git URL) or ENGINE=DIR|URL, "
             "e.g. ik_llama.cpp=/srv/mirrors/ik_llama.cpp"
         )
+    if not _remote(where):  # whether the mirror is there is the command's to say
+        checked_path(where, "some-dir", "give a local mirror (a clone's folder) or a git URL")
     return text
+
+
+def _remote(where: str) -> bool:
+    """Whether a --patch-source location is a URL (`https://…`, `file://…`) or git's
+    `user@host:path` form rather than a local folder."""
+    return "://" in where or bool(re.match(r"[\w.-]+@[\w.-]+:", where))
 
 
 def split_patch_source(text: str) -> tuple[str | None, str]:
@@ -167,7 +193,7 @@ OPTIONS: tuple[Option, ...] = (
         "engine checkout for --source local",
         "an engine checkout for `--source local` (any commit of a git checkout with `--pin`, "
         "or a plain tree, snapshotted by content)",
-        type=Path,
+        type=_some_dir,
         value="DIR",
     ),
     Option(
@@ -251,7 +277,7 @@ OPTIONS: tuple[Option, ...] = (
         "where built artifacts are (default: dist/)",
         "where artifacts go (default `dist/`); commands that run one look for it there",
         default=default_out("dist"),
-        type=Path,
+        type=_some_dir,
         value="DIR",
         metavar="DIR",
     ),

@@ -59,12 +59,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _import_dir(text: str) -> Path:
-    """patches import DIR: not empty (which would import from the working directory)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "must not be empty; give the folder `llamaspec patches export DIR` wrote"
-        )
-    return Path(text)
+    """patches import DIR: not empty (which would import from the working directory), and a
+    folder, or a path one could be at (whether it holds a queue is the command's to say)."""
+    fix = "give the folder `llamaspec patches export DIR` wrote"
+    return options.checked_path(text, "some-dir", fix)
 
 
 def cmd_patches_ab(args: argparse.Namespace, console: Console) -> None:
@@ -127,7 +125,7 @@ def _bump_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--source-dir",
-        type=Path,
+        type=shared.some_dir,
         metavar="DIR",
         help="a clone or mirror of the engine with history (bare or not) instead of the remote",
     )

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llamaspec.cli import options
 from llamaspec.paths import default_out
 
 if TYPE_CHECKING:
@@ -34,8 +35,6 @@ def add_artifact_args(p: argparse.ArgumentParser, default: str = "the newest the
 
 def add_dist(p: argparse.ArgumentParser) -> None:
     """`--dist DIR`: where built artifacts are (the build options' own declaration)."""
-    from llamaspec.cli import options
-
     options.add(p, "dist")
 
 
@@ -228,17 +227,10 @@ def out_dir(text: str) -> Path:
     file, not under one, and writable: a folder made and removed at once in it (or, when it
     is missing, in the nearest folder above it that exists) shows that the command can make
     and fill it. It is not created here: a refused command leaves nothing."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must not be empty; give a folder to write into")
-    path = Path(text)
+    path = options.checked_path(text, "some-dir", "give a folder to write into (made if missing)")
     existing = path.absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    if not existing.is_dir():
-        where = "is a file" if existing == path.absolute() else f"is under the file {existing}"
-        raise argparse.ArgumentTypeError(
-            f"{text} {where}, not a folder; give a folder to write into (made if missing)"
-        )
     try:
         probe = tempfile.mkdtemp(prefix=".llamaspec-probe-", dir=existing)
     except OSError as exc:
@@ -253,28 +245,34 @@ def out_dir(text: str) -> Path:
 
 def existing_file(text: str) -> Path:
     """argparse type for a file llamaspec reads (a GGUF): it must exist and be a file."""
-    path = Path(text)
-    if not text.strip() or not path.is_file():
-        what = "is a directory" if text.strip() and path.is_dir() else "does not exist"
-        raise argparse.ArgumentTypeError(f"{text!r} {what}; give the path of a file")
-    return path
+    return options.checked_path(text, "file", "give the path of a file")
 
 
 def existing_dir(text: str) -> Path:
     """argparse type for a folder llamaspec reads: it must exist and be a folder."""
-    path = Path(text)
-    if not text.strip() or not path.is_dir():
-        what = "is a file" if text.strip() and path.exists() else "does not exist"
-        raise argparse.ArgumentTypeError(f"{text!r} {what}; give the path of a folder")
-    return path
+    return options.checked_path(text, "dir", "give the path of a folder")
+
+
+def some_dir(text: str) -> Path:
+    """argparse type for a folder a command reads, or makes, when it runs (--dist,
+    --source-dir): a folder or a path one can be made at, never a file, a path under one or a
+    kernel filesystem. Whether it must exist, and hold what, is the command's to say."""
+    return options.checked_path(text, "some-dir", "give the path of a folder")
+
+
+def some_file(text: str) -> Path:
+    """argparse type for a file a command reads, or writes, when it runs (--target, a
+    record): a file or a path one can be made at, never a folder, a path under a file or a
+    kernel filesystem."""
+    return options.checked_path(text, "some-file", "give the path of a file")
 
 
 def out_file(text: str) -> Path:
     """argparse type for a file llamaspec writes (a JSON record): not empty, not a folder,
-    and in a folder that is not a file."""
-    path = Path(text)
-    if not text.strip() or path.is_dir():
-        what = "is a folder" if text.strip() else "is empty"
-        raise argparse.ArgumentTypeError(f"{text!r} {what}; give the path of a file to write")
-    out_dir(str(path.parent))  # its folder: not a file, nor under one
+    and in a folder it can write into."""
+    path = options.checked_path(text, "some-file", "give the path of a file to write")
+    try:
+        out_dir(str(path.parent))
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: its folder {exc}") from None
     return path

@@ -40,11 +40,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     v.add_argument(
         "--target",
-        type=Path,
+        type=shared.some_file,
         help="verify your own target GGUF (strict tier when it is F32, F16 or BF16; oracle "
         "tier alone when it is quantized, see --strict)",
     )
-    v.add_argument("--draft", type=Path, help="with --target: a draft GGUF")
+    v.add_argument("--draft", type=shared.some_file, help="with --target: a draft GGUF")
     v.add_argument(
         "--spec",
         action="append",
@@ -98,7 +98,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     v.add_argument(
         "--prompts",
-        type=Path,
+        type=shared.some_file,
         metavar="FILE",
         help="your own prompts instead of the built-in ones: JSON Lines, one object a line "
         '({"text": ..., "n_predict": N} or {"messages": [...], "n_predict": N}; '

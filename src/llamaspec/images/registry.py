@@ -32,6 +32,7 @@ SIGNER_WORKFLOW = ".github/workflows/docker.yml"
 # Names the repository whose workflow must have signed a pulled image (OWNER/REPO), for
 # forks that publish under another name; by default it follows from the registry.
 SIGNER_ENV = env.SIGNER_REPO.name
+SIGNER_FORM = env.SIGNER_REPO.pattern  # OWNER/REPO
 # The repository that publishes the default registry, ghcr.io/<owner>: <owner>/llamaspec.
 PUBLISHER = f"{images.DEFAULT_REGISTRY.split('/')[1]}/{images.REPOSITORY}"
 # Time for `cosign verify` (registry, transparency log and certificate roots): no layers.
@@ -73,7 +74,7 @@ def signer_repo(registry: str, env: Mapping[str, str] | None = None) -> tuple[st
     env = os.environ if env is None else env
     given = env.get(SIGNER_ENV)
     if given is not None:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+", given):
+        if not re.fullmatch(SIGNER_FORM, given):
             raise LlamaspecError(
                 f"{SIGNER_ENV} {given!r} is not a GitHub repository: give it as OWNER/REPO "
                 f"(e.g. {PUBLISHER}), the repository whose {SIGNER_WORKFLOW} signs the "
