@@ -27,10 +27,12 @@ import pytest
 from test_bad_input_sweep import (  # the hand-written sweep's world, guard and verdict
     ARTIFACT,
     ROOT,
+    WouldStart,
     _parser,
     _restore_checkout,
     _world,
     changes,
+    error_paragraph,
     models_cache,  # noqa: F401 (a fixture)
     run,
     tree,
@@ -170,3 +172,56 @@ def test_a_path_no_command_can_use_is_refused_naming_it(
     if written := changes(before, after):
         problems.append(f"written in the world: {written}")
     assert not problems, "; ".join(problems) + f"\n--- stderr:\n{err[-1200:]}"
+
+
+# --- text that reaches generated files and commands ----------------------------------------
+
+# quotes, braces, a comment sign, shell and YAML punctuation: fine as names go, or refused, but
+# never a traceback, a hang, or a write outside the world
+TEXTS = ('a"b', "a'b", "{x}", "a}b", "#x", "a: b", "$(x)", "-x")
+
+
+def _is_text(action: argparse.Action) -> bool:
+    free = action.type is None or _type_name(action) in ("non_empty", "str")
+    return free and not action.choices and action.nargs != 0 and not _is_path(action)
+
+
+def _text_cases() -> list[tuple[str, list[str]]]:
+    cases = []
+    for path, parser in _commands(_parser()):
+        for a in parser._actions:
+            if _is_text(a) and not isinstance(a, argparse._HelpAction):
+                name = f"{' '.join(path)} {(a.option_strings or [a.dest])[-1]}"
+                for text in TEXTS:
+                    cases.append((f"{name} {text}", _argv(path, parser, a, text)))
+    return cases
+
+
+TEXT_CASES = _text_cases()
+
+
+@pytest.mark.parametrize("argv", [c[1] for c in TEXT_CASES], ids=[c[0] for c in TEXT_CASES])
+def test_punctuation_in_text_is_taken_or_refused_never_a_traceback(
+    argv: list[str],
+    tmp_path: Path,
+    monkeypatch,
+    capsys,
+    models_cache,  # noqa: F811
+) -> None:
+    world = tmp_path / "w"
+    world.mkdir()
+    entry = {"argv": argv, "expect": [], "why": "generated"}
+    _world(world, entry, monkeypatch, models_cache)
+    checkout = tree(ROOT)
+    status, out, err = run(entry, world, monkeypatch, capsys)
+    damage = changes(checkout, tree(ROOT))
+    if damage:
+        _restore_checkout(checkout, tree(ROOT))
+    assert not damage, f"the checkout was written: {damage} (restored)"
+    assert not isinstance(status, BaseException) or isinstance(status, WouldStart), (
+        f"{type(status).__name__}: {status}\n{err[-1200:]}"
+    )
+    assert "Traceback" not in out + err, err[-1200:]
+    if status not in (0, None) and not isinstance(status, WouldStart):
+        said = error_paragraph(err)
+        assert said and "\n\n" not in said, err[-1200:]

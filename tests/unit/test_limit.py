@@ -285,6 +285,25 @@ def test_a_point_from_its_samples_and_its_ceiling() -> None:
     assert limit.with_ceilings([p], []) == (p,)
 
 
+def test_a_point_is_beyond_noise_only_past_the_steps_own_restarts() -> None:
+    """A point runs in a server process of its own, so it is above its ceiling beyond noise
+    only by more than the step's server, started again, ran from itself."""
+    plain = [_sample(51, 5100.0), _sample(51, 5100.0)]  # 100 ms a token
+    # 20 rounds of 4 drafted, 2.5 accepted, at 190 ms: 1.9 plain decodes a round
+    p = limit.point(0.5, 4, plain, [_sample(51, 20 * 190.0, 20, 80, 50)] * 2)
+    one = _step(4, (2.0, 2.0, 2.0))
+    # the same step timed in two processes, 10% apart (2.0 and 2.2)
+    two = replace(one, accepted=replace(one.accepted, processes=(2.0, 2.2)))
+    two = replace(two, rejected=replace(two.rejected, processes=(2.0, 2.2)))
+    assert two.process_spread == pytest.approx(0.1)
+    assert limit.process_noise([two], 4.0) == pytest.approx(0.1)
+    [alone] = limit.with_ceilings([p], [one])
+    [restarted] = limit.with_ceilings([p], [two])
+    # 2.0 ÷ 1.9: about 5% above the ceiling, beyond a step with no restarts, within 10%
+    assert alone.above and not restarted.above
+    assert restarted.over_ceiling == pytest.approx(alone.over_ceiling)
+
+
 def test_alpha_zero_points_are_priced_at_the_rejected_step() -> None:
     plain = [_sample(51, 5100.0), _sample(51, 5100.0)]  # 100 ms a token
     # γ = 2, α = 0: 50 rounds, each drafting 2 and emitting only the target's token, 130 ms

@@ -22,9 +22,11 @@ round; over a run's own counts its speedup is
 
 g the run's mean drafted per round; at full coverage it is L(α, γ) ÷ (r_rej + (r_acc − r_rej)
 (L − 1) ÷ γ) (`perfect_bound`). A point is above its ceiling beyond noise when its lowest
-per-repetition speedup exceeds the ceiling at the cheapest repetition of the step; the
-report says so and why. Acceptance is given both ways: per drafted token (accepted ÷
-drafted) and the block mean (the α whose L(α, γ) is the measured tokens per round).
+per-repetition speedup exceeds the ceiling at the cheapest repetition of the step by more
+than the step's server, started again, ran from itself (the point runs in a server process
+of its own); the report says so and why. Acceptance is given both ways: per drafted token
+(accepted ÷ drafted) and the block mean (the α whose L(α, γ) is the measured tokens per
+round).
 
 `recipe_ceilings` sets bench reports (perf.bench_report's JSON) against the same measured
 steps, at each workload's own draft length, counts and draft cost (the bench cost model's
@@ -60,6 +62,7 @@ from llamaspec.perf.ceiling import (
     mean_length,
     perfect_bound,
     perfect_speedup,
+    process_noise,
     read_bench,
     recipe_ceilings,
     recipe_lengths,
@@ -240,7 +243,7 @@ class Point:
     ceiling: float | None = None  # the perfect engine at the median measured step
     ceiling_high: float | None = None  # … at the cheapest repetition of the step
     over_ceiling: float | None = None  # speedup ÷ ceiling
-    above: bool = False  # speedup_low > ceiling_high: above the ceiling beyond noise
+    above: bool = False  # speedup_low > ceiling_high × (1 + process noise): beyond noise
     note: str = ""  # why, where above
 
 
@@ -401,7 +404,10 @@ def with_ceilings(points: Sequence[Point], steps: Sequence[StepCost]) -> tuple[P
         if ceiling is None or high is None:
             out.append(p)
             continue
-        above = p.speedup_low > high
+        # the point ran in a server process of its own: a step's server started again
+        # ran this far from itself, so only a margin beyond that is beyond noise
+        margin = process_noise(steps, g)
+        above = p.speedup_low > high * (1.0 + margin)
         note = _why(p, g, round_price(*low, accepted / drafts, g)) if above else ""
         out.append(
             replace(
@@ -581,6 +587,7 @@ __all__ = [
     "perfect_bound",
     "perfect_speedup",
     "point",
+    "process_noise",
     "read_bench",
     "recipe_ceilings",
     "round_price",

@@ -209,7 +209,9 @@ def markdown(report: Mapping[str, Any]) -> str:
         "repetition lay up to "
         f"{_x(noise['speedup'], '.0%')} below its median speedup. A row is above its "
         "ceiling beyond noise only when its lowest repetition's speedup exceeds the ceiling "
-        "at the cheapest repetitions of the steps (in brackets)",
+        "at the cheapest repetitions of the steps (in brackets) by more than the step's "
+        "server, started again, ran from itself at that length: the point runs in a server "
+        "process of its own",
         *_load(report),
         f"- {verdict(report)}",
         f"- summaries of the all-accepted steps (no ceiling uses them): least-squares c = "
