@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from llamaspec.engine.artifact import Artifact
-from llamaspec.images.registry import server_args
+from llamaspec.images.commands import server_args
 from llamaspec.perf import monitoring
 from llamaspec.runtime import client, metrics
 

@@ -111,6 +111,10 @@ def test_plain_decoding_limit_and_the_gap_sentence() -> None:
     assert costmodel.decode_limit(250_000_000, 10e9) == pytest.approx(40.0)
     assert costmodel.decode_limit(0, 10e9) == 0.0
     assert "agree" in costmodel.where_the_rest_goes(0.95)
+    # the gap is put down to what drafts: an n-gram lookup's state, or a draft model's cache
+    assert "n-gram state" in costmodel.where_the_rest_goes(0.7, by_steps=True, drafts=50)
+    by_model = costmodel.where_the_rest_goes(0.7, by_steps=True, drafts=50, draft_model=True)
+    assert "draft model reading each prompt" in by_model and "n-gram" not in by_model
     assert "drafting" in costmodel.where_the_rest_goes(0.6)
     assert "no speculative counters" in costmodel.where_the_rest_goes(None)
     assert "drafts of uneven length" in costmodel.where_the_rest_goes(0.6, by_steps=True)

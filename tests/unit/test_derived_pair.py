@@ -6,6 +6,7 @@ with the `gguf` package, served by the local hub server; nothing leaves loopback
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -20,7 +21,7 @@ from rich.console import Console
 
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import catalog, compat, derived, recipes
+from llamaspec.models import catalog, derived, gguf_header, recipes
 
 from ggufs import vocab
 from runcli import cli
@@ -306,15 +307,15 @@ def test_a_draft_not_smaller_than_its_target_is_refused_with_the_ratio(world: _W
 
 
 def test_a_split_target_whose_first_part_is_small_is_not_judged() -> None:
-    small = compat.TokenizerInfo("t", "llama", "llama", (), 1, 2, True, False, nbytes=10)
-    big = compat.TokenizerInfo("d", "llama", "llama", (), 1, 2, True, False, nbytes=100)
+    small = gguf_header.TokenizerInfo("t", "llama", "llama", (), 1, 2, True, False, nbytes=10)
+    big = gguf_header.TokenizerInfo("d", "llama", "llama", (), 1, 2, True, False, nbytes=100)
     assert catalog.size_ratio(small, big) == 10.0
-    assert catalog.size_ratio(compat.replace(small, split_count=3), big) is None
-    assert catalog.size_ratio(small, compat.replace(big, nbytes=None)) is None
+    assert catalog.size_ratio(dataclasses.replace(small, split_count=3), big) is None
+    assert catalog.size_ratio(small, dataclasses.replace(big, nbytes=None)) is None
 
 
 def test_the_header_reader_counts_tensor_bytes_by_type(tmp_path: Path) -> None:
-    info = compat.read_local(_quantized(tmp_path / "q.gguf"))
+    info = gguf_header.read_local(_quantized(tmp_path / "q.gguf"))
     assert info.params == 64 * 64 + 64
     assert info.nbytes == 64 * 64 // 32 * 34 + 64 * 4  # Q8_0 blocks, and F32 norms
 

@@ -13,7 +13,7 @@ import pytest
 from llamaspec.config import load_engines
 from llamaspec.engine import profiles as flags
 from llamaspec.errors import LlamaspecError
-from llamaspec.images import registry, remote, tools
+from llamaspec.images import commands, registry, remote, tools
 from llamaspec.images import specs as images
 from llamaspec.images.build import all_build_args
 from llamaspec.images.smoke import server_shim
@@ -546,7 +546,7 @@ def test_loopback_registries_are_plain_http() -> None:
 
 
 def test_docker_run_quotes_mounts_and_drops_the_entrypoints_flags() -> None:
-    line = registry.docker_run(
+    line = commands.docker_run(
         "img:t", "vulkan", ["llama-server", "-m", "/models/a b.gguf", "--host", "h", "--port", "1"],
         [("/data/my models/blob", "/models/a b.gguf"), ('"$PWD/models"', "/models")], 8081,
     )  # fmt: skip

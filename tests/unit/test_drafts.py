@@ -8,7 +8,7 @@ import pytest
 
 from llamaspec.config import ModelsFile
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import compat, drafts
+from llamaspec.models import compat, drafts, gguf_header
 
 from ggufs import vocab, write_gguf
 
@@ -28,9 +28,9 @@ def test_quant_of_file_names(name: str, quant: str) -> None:
     assert drafts.quant_of(name) == quant
 
 
-def _info(tmp: Path, name: str, params: int, **kw: object) -> compat.TokenizerInfo:
+def _info(tmp: Path, name: str, params: int, **kw: object) -> gguf_header.TokenizerInfo:
     tokens = kw.pop("tokens", None) or vocab(64)
-    return compat.read_local(write_gguf(tmp / name, tokens, payload_bytes=params, **kw))  # type: ignore[arg-type]
+    return gguf_header.read_local(write_gguf(tmp / name, tokens, payload_bytes=params, **kw))  # type: ignore[arg-type]
 
 
 def test_header_gives_params_and_family(tmp_path: Path) -> None:
@@ -79,13 +79,13 @@ def test_local_and_malformed_targets(tmp_path: Path) -> None:
 def test_memory_estimate_reads_the_kv_shape_from_the_header(tmp_path: Path) -> None:
     from llamaspec.perf import draft_measure as dm
 
-    info = compat.TokenizerInfo(
+    info = gguf_header.TokenizerInfo(
         "t", "gemma3", "llama", (), None, None, None, None,
         shape=(("block_count", 18), ("attention.head_count", 4),
                ("attention.head_count_kv", 1), ("attention.key_length", 256)),
     )  # fmt: skip
     assert dm.kv_cache(info, 2048) == 2 * 18 * 1 * (256 + 256) * 2048
-    bare = compat.TokenizerInfo("d", "x", "llama", (), None, None, None, None)
+    bare = gguf_header.TokenizerInfo("d", "x", "llama", (), None, None, None, None)
     assert dm.kv_cache(bare, 2048) is None
     target = drafts.Source(None, "t.gguf", 1000)
     c = drafts.Candidate(drafts.Source("o/d", "d.gguf", 100), info=bare)
@@ -150,7 +150,7 @@ def test_a_split_target_is_measured_over_all_its_parts(tmp_path: Path, hub) -> N
     assert cand.ratio(found.info) == pytest.approx(300_000 / (4 << 18))
     # the later parts: one small range read each, never the whole file
     later = [e for e in hub.content_gets() if "-00001-" not in e.path and "big-GGUF" in e.path]
-    assert len(later) == 3 and all(e.range == f"bytes=0-{compat.PART_READ - 1}" for e in later)
+    assert len(later) == 3 and all(e.range == f"bytes=0-{gguf_header.PART_READ - 1}" for e in later)
 
 
 def test_a_local_split_target_counts_the_parts_beside_it(tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ def test_a_header_read_through_the_hub_asks_each_byte_once(
     """The range reader's second request starts where the first ended."""
     f = write_gguf(tmp_path / "t.gguf", vocab(20000), payload_bytes=1 << 20)
     hub.add("org/t-GGUF", "t.gguf", f)
-    monkeypatch.setattr(compat, "FIRST_READ", 128 << 10)
+    monkeypatch.setattr(gguf_header, "FIRST_READ", 128 << 10)
     info = drafts.read(drafts.Source("org/t-GGUF", "t.gguf", f.stat().st_size))
     assert info.n_vocab == 20000
     gets = hub.content_gets()

@@ -14,7 +14,7 @@ import yaml
 
 from llamaspec import config
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import compat, dialects, methods, recipes, server_help
+from llamaspec.models import compat, dialects, gguf_header, methods, recipes, server_help
 
 from ggufs import vocab, write_gguf
 from runcli import cli
@@ -27,8 +27,8 @@ DIALECTS = tuple(recipes.CAPABILITIES)
 # --- compatibility on GGUFs written with the gguf package ---------------------------------
 
 
-def _info(tmp: Path, name: str, tokens: list[str], **kw) -> compat.TokenizerInfo:
-    return compat.read_local(write_gguf(tmp / f"{name}.gguf", tokens, **kw))
+def _info(tmp: Path, name: str, tokens: list[str], **kw) -> gguf_header.TokenizerInfo:
+    return gguf_header.read_local(write_gguf(tmp / f"{name}.gguf", tokens, **kw))
 
 
 def _failed(v: compat.Verdict) -> dict[str, str]:
@@ -139,12 +139,12 @@ def test_not_a_gguf_and_truncated_header(tmp_path: Path) -> None:
     junk = tmp_path / "model.gguf"
     junk.write_bytes(b"<html>not found</html>" * 10)
     with pytest.raises(LlamaspecError, match="is not a GGUF file"):
-        compat.read_local(junk)
+        gguf_header.read_local(junk)
     whole = write_gguf(tmp_path / "w.gguf", vocab(3000)).read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(whole[:5000])
     with pytest.raises(LlamaspecError, match="truncated or corrupt GGUF"):
-        compat.read_local(cut)
+        gguf_header.read_local(cut)
 
 
 def test_header_reader_fetches_more_until_the_metadata_ends(
@@ -159,8 +159,8 @@ def test_header_reader_fetches_more_until_the_metadata_ends(
         ranges.append((start, end))
         return data[start:end]
 
-    monkeypatch.setattr(compat, "FIRST_READ", 64 << 10)
-    info = compat.read_header(fetch, len(data), "remote")
+    monkeypatch.setattr(gguf_header, "FIRST_READ", 64 << 10)
+    info = gguf_header.read_header(fetch, len(data), "remote")
     assert info.n_vocab == 20000
     assert asked == [64 << 10, 256 << 10, 1 << 20]  # 4x more each time the metadata runs on
     assert asked[-1] < len(data)
@@ -182,16 +182,16 @@ def test_a_growing_header_read_fetches_each_byte_once_and_stops_at_the_cap(
         return data[start:end]
 
     first = header // 2 + 1  # as 4 MiB is to a 9.2 MB header: one growth is needed
-    monkeypatch.setattr(compat, "FIRST_READ", first)
-    assert compat.read_header(fetch, len(data), "remote").n_vocab == 20000
+    monkeypatch.setattr(gguf_header, "FIRST_READ", first)
+    assert gguf_header.read_header(fetch, len(data), "remote").n_vocab == 20000
     assert sent == [(0, first), (first, first * 4)]
     assert sum(end - start for start, end in sent) == first * 4  # was first + first * 4
     # a header longer than the cap: the reads stop there, each byte read once
     sent.clear()
-    monkeypatch.setattr(compat, "MAX_HEADER", header // 3)
-    monkeypatch.setattr(compat, "FIRST_READ", header // 12)
+    monkeypatch.setattr(gguf_header, "MAX_HEADER", header // 3)
+    monkeypatch.setattr(gguf_header, "FIRST_READ", header // 12)
     with pytest.raises(LlamaspecError, match="does not end within"):
-        compat.read_header(fetch, len(data), "remote")
+        gguf_header.read_header(fetch, len(data), "remote")
     assert sent[-1][1] == header // 3
     assert all(a[1] == b[0] for a, b in itertools.pairwise(sent))
 
@@ -609,11 +609,11 @@ def test_llama_swap_entry() -> None:
 
 
 def test_llama_swap_docker_entry_stops_its_container_by_name() -> None:
-    from llamaspec.images import registry
+    from llamaspec.images import commands
 
     recipe = config.load_recipes(ROOT)["qwen3-8b"]
     cmd = recipes.render(recipe, "llama.cpp", "upstream", "/models/a.gguf", "/models/d.gguf")
-    run = registry.docker_run_swap(
+    run = commands.docker_run_swap(
         "ghcr.io/x/y:cuda", "cuda", cmd.argv, [("/h/a b.gguf", "/models/a.gguf")]
     )
     assert run.startswith("docker run --rm --name ${MODEL_ID} --gpus all ")
@@ -874,7 +874,8 @@ def test_a_user_config_dir_that_is_a_file_is_one_paragraph(tmp_path: Path) -> No
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     said = " ".join(proc.stderr.split())
-    assert "(LLAMASPEC_CONFIG_DIR) is a file, not a directory" in said and "Traceback" not in said
+    assert "LLAMASPEC_CONFIG_DIR is" in said and "which is a file, not a folder" in said
+    assert "Traceback" not in said
 
 
 # --- pulls against the local hub server (loopback only) -----------------------------------
@@ -1015,9 +1016,11 @@ def test_pull_local_dir_that_cannot_be_written_is_refused_before_any_download(
     from llamaspec.cli.main import main
 
     monkeypatch.setenv("LLAMASPEC_ROOT", str(pulls.root))
-    assert main(["models", "pull", "mine-pair", "--local-dir", str(a_file)]) == 2
+    with pytest.raises(SystemExit) as exit_:  # refused as the command line is read
+        main(["models", "pull", "mine-pair", "--local-dir", str(a_file)])
     err = " ".join(capsys.readouterr().err.split())
-    assert "is a file, not a directory" in err and "Traceback" not in err
+    assert exit_.value.code == 2 and "is a file, not a folder" in err
+    assert "Traceback" not in err
     assert pulls.hub.log == [] and not (tmp_path / "hf").exists()
 
 

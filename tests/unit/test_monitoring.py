@@ -14,7 +14,7 @@ import yaml
 
 from llamaspec.cli.main import main
 from llamaspec.errors import LlamaspecError
-from llamaspec.images import registry
+from llamaspec.images import commands
 from llamaspec.perf import monitoring as mon
 from llamaspec.perf import monitoring_baseline as base
 
@@ -357,7 +357,7 @@ def test_the_cli_renders_into_out_and_refuses_bad_input_writing_nothing(
 def test_compose_with_prometheus_adds_the_service_with_the_rendered_folder(tmp_path: Path) -> None:
     r = mon.render("r", ("draft",), "llama.cpp", mon.Settings(), MEASURED)
     mon.write(r, tmp_path / "mon")
-    base = registry.compose("r", "img:1", "cpu", ["llama-server", "-m", "/models/t.gguf"], [])
+    base = commands.compose("r", "img:1", "cpu", ["llama-server", "-m", "/models/t.gguf"], [])
     text = mon.compose_prometheus(base, "r", tmp_path / "mon")
     assert text.startswith("# llamaspec recipe r: `docker compose up`.")
     data = yaml.safe_load(text)
@@ -385,7 +385,7 @@ def test_a_folder_with_a_newline_is_refused_before_the_compose_file(tmp_path: Pa
     """A newline in its name would start a top-level key of the compose file."""
     folder = tmp_path / "mon\ninclude: [evil.yml]\n#"
     mon.write(mon.render("r", ("draft",), "llama.cpp", mon.Settings(), MEASURED), folder)
-    base = registry.compose("r", "img:1", "cpu", ["llama-server", "-m", "/models/t.gguf"], [])
+    base = commands.compose("r", "img:1", "cpu", ["llama-server", "-m", "/models/t.gguf"], [])
     with pytest.raises(LlamaspecError, match="holds a control character") as err:
         mon.compose_prometheus(base, "r", folder)
     assert "\n" not in str(err.value)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from llamaspec.engine import build
+from llamaspec.engine import build, rebuild
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.artifact import Artifact
@@ -226,16 +226,11 @@ def _plain(path: Path) -> PatchedTree:
 def test_a_native_build_is_not_rebuilt_for_the_check(tmp_path: Path) -> None:
     art = Artifact("x", tmp_path, {"reproducible": repro.NATIVE}, True)
     console = Console(record=True, width=200)
-    got = build.check_reproducible_artifact(
-        art,
-        make_engine("a" * 40),
-        _plain(tmp_path),
-        flags.merge("llama.cpp", "cpu", []),
-        tmp_path / "b",
-        TOOLS,
-        None,
-        console,
+    defines = tuple(flags.merge("llama.cpp", "cpu", []))
+    built = build.Built(
+        art, make_engine("a" * 40), _plain(tmp_path), defines, tmp_path / "b", TOOLS, None
     )
+    got = rebuild.check(built, console)
     assert got is art
     text = console.export_text()
     assert "host-specific (GGML_NATIVE=ON)" in text and "--variant portable" in text
@@ -247,8 +242,10 @@ def test_an_equal_recorded_check_is_not_run_again(tmp_path: Path) -> None:
     art = Artifact("x", tmp_path, {"reproducible": record}, True)
     console = Console(record=True, width=200)
     portable = flags.merge("llama.cpp", "cpu", [], variants=["portable"])
-    args = (make_engine("a" * 40), _plain(tmp_path), portable, tmp_path, TOOLS, None, console)
-    assert build.check_reproducible_artifact(art, *args) is art
+    built = build.Built(
+        art, make_engine("a" * 40), _plain(tmp_path), tuple(portable), tmp_path, TOOLS, None
+    )
+    assert rebuild.check(built, console) is art
     text = console.export_text()
     assert "reproducible: equal" in text and "ab" * 32 in text
 

@@ -6,6 +6,7 @@ meets when it is rendered for files whose headers say it cannot run."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from gguf import GGUFWriter
 from llamaspec import config
 from llamaspec.config import ModelsFile
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import compat, drafts, heads, recipes
+from llamaspec.models import drafts, gguf_header, heads, recipes
 
 from ggufs import vocab
 
@@ -112,12 +113,12 @@ def test_mtp_heads_need_the_key_and_the_blk_nextn_tensors(
     """Plain conversions of MTP models keep `nextn_predict_layers` but drop the tensors
     (llama.cpp issue #28196): the engine's loader needs both, so does `mtp_ready`."""
     path = _qwen(tmp_path / "q.gguf", layers=layers, nextn=nextn)
-    info = compat.read_local(path)
+    info = gguf_header.read_local(path)
     assert heads.mtp_ready(info) is ready
     assert info.nextn_blocks == ((2,) if nextn else ())
     data = path.read_bytes()
     # a remote read in small steps reaches the tensor infos after the key/values all the same
-    remote = compat.read_header(lambda a, b: data[a:b], len(data), "org/q.gguf", first=64)
+    remote = gguf_header.read_header(lambda a, b: data[a:b], len(data), "org/q.gguf", first=64)
     assert heads.mtp_ready(remote) is ready and remote.nextn_blocks == info.nextn_blocks
     why = heads.mtp_heads_refusal(info, "Recipe 'x'", "org/q.gguf")
     assert (why is None) is ready
@@ -127,15 +128,15 @@ def test_mtp_heads_need_the_key_and_the_blk_nextn_tensors(
 
 def test_only_blk_n_nextn_tensors_count_as_mtp_blocks(tmp_path: Path) -> None:
     """`nextn.pre_projection` (a Gemma 4 assistant's own tensor) is no MTP head of a target."""
-    info = compat.read_local(_assistant(tmp_path / "a.gguf"))
+    info = gguf_header.read_local(_assistant(tmp_path / "a.gguf"))
     assert info.nextn_tensors == 1 and info.nextn_blocks == () and not heads.mtp_ready(info)
 
 
 def test_a_split_target_counts_nextn_blocks_in_every_part(tmp_path: Path) -> None:
-    first = compat.read_local(_qwen(tmp_path / "a.gguf", nextn=False))
-    rest = compat.read_local(_qwen(tmp_path / "b.gguf"))
-    split = compat.replace(first, split_count=2)
-    merged = compat.read_split(split, "m-00001-of-00002.gguf", lambda _name: rest)
+    first = gguf_header.read_local(_qwen(tmp_path / "a.gguf", nextn=False))
+    rest = gguf_header.read_local(_qwen(tmp_path / "b.gguf"))
+    split = dataclasses.replace(first, split_count=2)
+    merged = gguf_header.read_split(split, "m-00001-of-00002.gguf", lambda _name: rest)
     assert merged.nextn_blocks == (2,) and heads.mtp_ready(merged)
 
 
@@ -157,8 +158,8 @@ def test_models_check_reads_the_mtp_pair_for_the_new_qwen36_entry(tmp_path: Path
 
 
 def test_an_eagle3_head_for_this_target_passes_every_rule(tmp_path: Path) -> None:
-    t = compat.read_local(_target(tmp_path / "t.gguf"))
-    d = compat.read_local(_eagle3(tmp_path / "e.gguf"))
+    t = gguf_header.read_local(_target(tmp_path / "t.gguf"))
+    d = gguf_header.read_local(_eagle3(tmp_path / "e.gguf"))
     assert d.target_layers == (1, 2, 3) and d.target_hidden == 8
     assert heads.draft_kind(d) == "eagle3"
     verdict = heads.check(t, d)
@@ -182,8 +183,8 @@ def test_an_eagle3_head_for_this_target_passes_every_rule(tmp_path: Path) -> Non
 def test_an_eagle3_head_for_another_target_is_refused(
     tmp_path: Path, kw: dict, rule: str, text: str
 ) -> None:
-    t = compat.read_local(_target(tmp_path / "t.gguf"))
-    d = compat.read_local(_eagle3(tmp_path / "e.gguf", **kw))
+    t = gguf_header.read_local(_target(tmp_path / "t.gguf"))
+    d = gguf_header.read_local(_eagle3(tmp_path / "e.gguf", **kw))
     verdict = heads.check(t, d)
     assert [r.name for r in verdict.failed] == [rule]
     assert text in verdict.failed[0].detail
@@ -192,8 +193,8 @@ def test_an_eagle3_head_for_another_target_is_refused(
 
 
 def test_an_eagle3_head_with_a_small_d2t_map_is_fine(tmp_path: Path) -> None:
-    t = compat.read_local(_target(tmp_path / "t.gguf"))
-    d = compat.read_local(_eagle3(tmp_path / "e.gguf", d2t=32))
+    t = gguf_header.read_local(_target(tmp_path / "t.gguf"))
+    d = gguf_header.read_local(_eagle3(tmp_path / "e.gguf", d2t=32))
     assert d.d2t == 32 and heads.check(t, d).ok
 
 
@@ -201,29 +202,29 @@ def test_an_eagle3_head_with_a_small_d2t_map_is_fine(tmp_path: Path) -> None:
 
 
 def test_a_gemma4_assistant_needs_a_gemma4_target_of_its_width(tmp_path: Path) -> None:
-    a = compat.read_local(_assistant(tmp_path / "a.gguf", out=8))
+    a = gguf_header.read_local(_assistant(tmp_path / "a.gguf", out=8))
     assert heads.draft_kind(a) == "assistant" and a.embd_out == 8
-    good = compat.read_local(_target(tmp_path / "g.gguf", arch="gemma4"))
+    good = gguf_header.read_local(_target(tmp_path / "g.gguf", arch="gemma4"))
     assert heads.check(good, a).ok
-    wide = compat.read_local(_target(tmp_path / "w.gguf", arch="gemma4", width=16))
+    wide = gguf_header.read_local(_target(tmp_path / "w.gguf", arch="gemma4", width=16))
     failed = heads.check(wide, a).failed
     assert [r.name for r in failed] == ["assistant width"]
     assert "embedding_length_out 8 vs the target's hidden size 16" in failed[0].detail
-    llama = compat.read_local(_target(tmp_path / "l.gguf"))
+    llama = gguf_header.read_local(_target(tmp_path / "l.gguf"))
     assert [r.name for r in heads.check(llama, a).failed] == ["assistant target arch"]
 
 
 def test_draft_find_names_the_spec_type_of_a_head_and_the_targets_mtp_heads(
     tmp_path: Path,
 ) -> None:
-    e = compat.read_local(_eagle3(tmp_path / "e.gguf"))
-    t = compat.read_local(_target(tmp_path / "t.gguf"))
+    e = gguf_header.read_local(_eagle3(tmp_path / "e.gguf"))
+    t = gguf_header.read_local(_target(tmp_path / "t.gguf"))
     cand = drafts.Candidate(
         drafts.Source("org/e-GGUF", "e.gguf", 1), ("F16",), e, heads.check(t, e)
     )
     assert drafts.verdict_text(cand) == "compatible (spec type eagle3)"
     assert "no MTP heads" in drafts.mtp_line(t)
-    own = compat.read_local(_qwen(tmp_path / "q.gguf"))
+    own = gguf_header.read_local(_qwen(tmp_path / "q.gguf"))
     assert "spec type mtp drafts without a draft file" in drafts.mtp_line(own)
 
 

@@ -42,5 +42,5 @@ def test_a_config_dir_that_does_not_exist_is_named(
 ) -> None:
     monkeypatch.setenv("LLAMASPEC_CONFIG_DIR", str(tmp_path / "nope"))
     err = _run(capsys, "recipe", "list")
-    assert f"{tmp_path / 'nope'} (LLAMASPEC_CONFIG_DIR) does not exist" in err
+    assert f"LLAMASPEC_CONFIG_DIR is '{tmp_path / 'nope'}', which does not exist" in err
     assert not (tmp_path / "nope").exists()

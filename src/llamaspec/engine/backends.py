@@ -33,6 +33,7 @@ class Backend:
     compiles_pipelines: bool = False
     container_env: tuple[tuple[str, str], ...] = ()  # a container of its image needs these
     compose_service: Mapping[str, object] = field(default_factory=dict)  # compose additions
+    run_device: str = ""  # what `docker run` needs to see the device
 
     def tag_name(self, cuda_major: str | int | None = None) -> str:
         """The backend as image tags spell it: `cuda13` for a CUDA build of toolkit 13."""
@@ -44,6 +45,7 @@ CUDA = Backend(
     "cuda",
     gpu=True,
     cuda=True,
+    run_device="--gpus all",
     compose_service={
         "deploy": {
             "resources": {
@@ -60,6 +62,7 @@ VULKAN = Backend(
     compiles_pipelines=True,
     container_env=(("GGML_VK_VISIBLE_DEVICES", "0"),),
     compose_service={"devices": ["/dev/dri:/dev/dri"]},
+    run_device="--device /dev/dri",
 )
 BY_NAME: Mapping[str, Backend] = {b.name: b for b in (CPU, CUDA, VULKAN)}
 BACKENDS = tuple(BY_NAME)

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -18,7 +17,7 @@ from rich.console import Console
 
 from llamaspec import __version__, procs, progress
 from llamaspec.config import Engine
-from llamaspec.engine import backends, gitutil
+from llamaspec.engine import backends
 from llamaspec.engine import profiles as flags
 from llamaspec.engine import reproducible as repro
 from llamaspec.engine.artifact import RPC_SERVER_NAMES, Artifact, load_artifact
@@ -75,6 +74,21 @@ def artifact_id(
     return f"{engine.name.replace('_', '-').replace('.', '')}-{backend}-{digest[:12]}"
 
 
+@dataclass(frozen=True)
+class Built:
+    """An installed artifact and what built it: the inputs a second build of the same tree
+    needs (engine/rebuild.py)."""
+
+    artifact: Artifact
+    engine: Engine
+    patched: PatchedTree
+    defines: tuple[flags.Define, ...]
+    build_dir: Path
+    tools: Toolchain
+    jobs: int | None
+    extra_targets: tuple[str, ...] = ()
+
+
 def build(
     engine: Engine,
     patched: PatchedTree,
@@ -87,16 +101,14 @@ def build(
     variants: Sequence[str] = (),
     internal: Sequence[flags.Define] = (),
     manifest_extra: dict | None = None,
-    check_reproducible: bool = False,
     runtime_lib_dir: Path | None = None,
-) -> Artifact:
+) -> Built:
     """Configure and build the server, install it into dist/<id>/ (a no-op when it exists).
 
     `runtime_lib_dir`: the CUDA toolkit's lib/, whose runtime libraries the binaries link
     are bundled into dist/<id>/lib (see install).
     `internal`: defines preflight found necessary (e.g. private header dirs).
-    `check_reproducible`: then rebuild elsewhere, cold, and compare (see
-    check_reproducible); the manifest records the result."""
+    The result carries what a second build needs (engine/rebuild.py checks reproducibility)."""
     declared = flags.tree_options(patched.path)
     defines = [
         *flags.merge(engine.name, backend, extra, declared, variants),
@@ -113,8 +125,10 @@ def build(
         tools,
     )
     out = dist / aid
+    build_dir = build_dir_for(patched.path, aid)
     rpc_on = any(d.name == "GGML_RPC" and flags.cmake_bool(d.value) for d in defines)
     extra_targets = rpc_targets(patched.path) if rpc_on else []
+    targets = tuple(extra_targets)
     if (out / "manifest.json").is_file():
         art = load_artifact(dist, aid)
         if (
@@ -123,14 +137,8 @@ def build(
             and all((out / "bin" / t).is_file() for t in extra_targets)
         ):
             console.print(f"build: {aid} is up to date at {out} (nothing to compile)")
-            if check_reproducible:
-                build_dir = build_dir_for(patched.path, aid)
-                return check_reproducible_artifact(
-                    art, engine, patched, defines, build_dir, tools, jobs, console, extra_targets
-                )
-            return art
-    build_dir = build_dir_for(patched.path, aid)
-    plan = _plan(engine, patched, defines, build_dir)
+            return Built(art, engine, patched, tuple(defines), build_dir, tools, jobs, targets)
+    plan = plan_for(engine, patched, defines, build_dir)
     t0 = time.monotonic()
     configure(patched.path, build_dir, plan.defines, tools, console, plan.env)
     archs = read_cmake_cache(build_dir / "CMakeCache.txt").get("CMAKE_CUDA_ARCHITECTURES")
@@ -162,15 +170,11 @@ def build(
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     art = install(build_dir, engine, out, manifest, console, plan.backend_dl, runtime_lib_dir)
-    if check_reproducible:
-        return check_reproducible_artifact(
-            art, engine, patched, defines, build_dir, tools, jobs, console, extra_targets
-        )
-    return art
+    return Built(art, engine, patched, tuple(defines), build_dir, tools, jobs, targets)
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
     """The defines and environment of one build directory (paths differ per directory)."""
 
     defines: list[flags.Define]
@@ -179,9 +183,9 @@ class _Plan:
     backend_dl: bool
 
 
-def _plan(
+def plan_for(
     engine: Engine, patched: PatchedTree, defines: Sequence[flags.Define], build_dir: Path
-) -> _Plan:
+) -> Plan:
     """Prefix maps for `build_dir`, SOURCE_DATE_EPOCH and the version stamp's environment."""
     maps = repro.path_maps(patched.path, build_dir, bool(ccache_env(patched.path)))
     final = repro.with_flags(defines, repro.flag_defines(defines, maps, os.environ))
@@ -197,138 +201,16 @@ def _plan(
         "path_maps": repro.shown(maps, patched.path, build_dir),
     }
     dl = any(d.name == "GGML_BACKEND_DL" and flags.cmake_bool(d.value) for d in final)
-    return _Plan(final, {**stamp, "SOURCE_DATE_EPOCH": str(epoch)}, inputs, dl)
+    return Plan(final, {**stamp, "SOURCE_DATE_EPOCH": str(epoch)}, inputs, dl)
 
 
-def _recorded(d: flags.Define, plan: _Plan) -> dict:
+def _recorded(d: flags.Define, plan: Plan) -> dict:
     """A define as the manifest records it: the prefix maps without this machine's paths."""
     if not d.origin.endswith(repro.ORIGIN):
         return asdict(d)
     user = d.key.removesuffix(f"<{repro.MAPS_VERSION}>").strip() if d.key else ""
     maps = " ".join(plan.inputs["path_maps"])
     return {**asdict(d), "value": f"{user} {maps}".strip()}
-
-
-def check_reproducible_artifact(
-    art: Artifact,
-    engine: Engine,
-    patched: PatchedTree,
-    defines: Sequence[flags.Define],
-    build_dir: Path,
-    tools: Toolchain,
-    jobs: int | None,
-    console: Console,
-    extra_targets: Sequence[str] = (),
-) -> Artifact:
-    """Rebuild `art` from a copy of its tree at another path, in a clean build directory,
-    cold (an empty private ccache); compare every file it ships and scan both for
-    build-host paths.
-
-    The result goes into the manifest (`reproducible`). A difference, or a host path in
-    either build, is an error naming the files, with the second build kept for diffoscope.
-    A GGML_NATIVE=ON build is host-specific by design and is not rebuilt."""
-    recorded = art.manifest.get("reproducible")
-    if repro.is_native(defines):
-        console.print(
-            f"reproducible: not checked: {repro.NATIVE} tunes the build for this CPU, so it is "
-            "host-specific by design; check a --variant portable build (or --define "
-            "GGML_NATIVE=OFF)."
-        )
-        return art
-    if isinstance(recorded, dict) and recorded.get("equal") and not recorded.get("host_paths"):
-        console.print(
-            f"reproducible: equal (checked {recorded.get('checked_at')}; llama-server "
-            f"sha256 {recorded.get('sha256_a')})"
-        )
-        return art
-    scratch = Path(tempfile.mkdtemp(prefix=f".repro-{art.id}-", dir=cache_dir() / "build"))
-    keep = False
-    try:
-        t0 = time.monotonic()
-        copy = scratch / "tree"
-        console.print(
-            f"reproducible: copying the tree to {copy} and building it again with an empty ccache "
-            "(a cold build)"
-        )
-        shutil.copytree(
-            patched.path, copy, symlinks=True, ignore=shutil.ignore_patterns(BUILD_SUBDIR)
-        )
-        if (copy / ".git").exists():
-            # a copied index has stale stat data: ggml's version stamp would read "-dirty"
-            gitutil.git("update-index", "-q", "--refresh", cwd=copy, check=False)
-        other = PatchedTree(patched.source, copy, patched.patches)
-        build_b = scratch / "build"
-        build_b.mkdir()
-        plan = _plan(engine, other, defines, build_b)
-        # cold, but through ccache where the first build used it: ccache hands the compiler
-        # normalized relative paths (`vendor/x/../x/y.hpp` becomes `vendor/x/y.hpp` in
-        # __FILE__), so an empty private cache, not none, gives the same compile commands
-        env = {**plan.env, **ccache_env(copy), "CCACHE_DIR": str(scratch / "ccache")}
-        env["CCACHE_NODISABLE" if tools.ccache else "CCACHE_DISABLE"] = "1"
-        t1 = time.monotonic()
-        configure(copy, build_b, plan.defines, tools, console, env)
-        t2 = time.monotonic()
-        compile_target(build_b, engine.server_target, tools, jobs, console, env, extra_targets)
-        t3 = time.monotonic()
-        stub = {"artifact_id": art.id, "commit": art.manifest.get("commit")}
-        out_b = install(build_b, engine, scratch / "dist" / art.id, stub, console, plan.backend_dl)
-        a, b = repro.shipped(art.path), repro.shipped(out_b.path)
-        differing = repro.compare(a, b)
-        host_b = repro.scan(out_b.path, repro.needles(copy, build_b, cache_dir()))
-        host = {
-            **repro.scan(art.path, repro.needles(patched.path, build_dir, cache_dir())),
-            **{f"second build: {k}": v for k, v in host_b.items()},
-        }
-        server = f"bin/{engine.server_target}"
-        record = {
-            "checked": True,
-            "equal": not differing,
-            "sha256_a": a.get(server),
-            "sha256_b": b.get(server),
-            "files_compared": len(a.keys() | b.keys()),
-            "differing": differing,
-            "host_paths": host,
-            "second_build": {
-                "how": "a copy of the tree at another path, a clean build directory, "
-                + ("an empty private ccache" if tools.ccache else "no ccache"),
-                "seconds": {
-                    "copy": round(t1 - t0, 1),
-                    "configure": round(t2 - t1, 1),
-                    "compile": round(t3 - t2, 1),
-                },
-            },
-            "checked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-        manifest = {**art.manifest, "reproducible": record}
-        (art.path / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if differing or host:
-            keep = True
-            what = []
-            if differing:
-                what.append(
-                    f"{len(differing)} of {record['files_compared']} files differ "
-                    f"({', '.join(differing[:8])}{' …' if len(differing) > 8 else ''})"
-                )
-            if host:
-                what.append(
-                    "build-host paths are in "
-                    + "; ".join(f"{k}: {', '.join(v)}" for k, v in list(host.items())[:4])
-                )
-            raise LlamaspecError(
-                f"The build is not reproducible: {' and '.join(what)}. The second build is kept "
-                f"at {scratch} ({out_b.path} beside {art.path}); "
-                + repro.hint(art.path, out_b.path, differing, shutil.which("diffoscope"))
-                + ". The manifest records the result."
-            )
-        console.print(
-            f"reproducible: equal: {record['files_compared']} files, llama-server sha256 "
-            f"{record['sha256_a']} in both builds (second build cold: "
-            f"{round(t3 - t1)} s)"
-        )
-        return Artifact(art.id, art.path, manifest, art.reused)
-    finally:
-        if not keep:
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def build_dir_for(tree: Path, aid: str) -> Path:

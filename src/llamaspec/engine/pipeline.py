@@ -15,7 +15,15 @@ from rich.console import Console
 from llamaspec import config
 from llamaspec import lock as lockfile
 from llamaspec.config import user as userconfig
-from llamaspec.engine import backends, build_report, patch_sources, preflight, sources, toolchain
+from llamaspec.engine import (
+    backends,
+    build_report,
+    patch_sources,
+    preflight,
+    rebuild,
+    sources,
+    toolchain,
+)
 from llamaspec.engine import build as build_stage
 from llamaspec.engine import patch_queue as patches
 from llamaspec.engine import profiles as flags
@@ -149,7 +157,7 @@ def _run_build(
     spec: BuildSpec, console: Console, root: Path | None, record: config.Engine | None
 ) -> Artifact:
     p = prepare(spec, console, root, record)
-    artifact = build_stage.build(
+    built = build_stage.build(
         p.engine,
         p.patched,
         p.backend,
@@ -169,9 +177,9 @@ def _run_build(
                 else {}
             ),
         },
-        check_reproducible=spec.check_reproducible,
         runtime_lib_dir=p.toolkit.lib_dir if p.toolkit else None,
     )
+    artifact = rebuild.check(built, console) if spec.check_reproducible else built.artifact
     console.print(f"artifact: {artifact.id} → {artifact.path}")
     if backends.backend(p.backend).cuda:
         report = build_report.cuda_report(artifact)

@@ -10,7 +10,7 @@ normalizes include directories (`vendor/x/../x/y.hpp` in `__FILE__` becomes `ven
 which no map can undo, so a build with ccache and one without can still differ: the check
 builds its second copy through an empty private ccache. ccache leaves the maps' values out
 of its hash, so they cost no cache hits. `build --check-reproducible`
-(build.check_reproducible) rebuilds a copy of the tree elsewhere, cold, and compares the two
+(engine/rebuild.py) rebuilds a copy of the tree elsewhere, cold, and compares the two
 with `compare` and `scan`.
 """
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from llamaspec.engine import backends
 from llamaspec.errors import LlamaspecError
+from llamaspec.images import commands
 from llamaspec.paths import project_root
 
 if TYPE_CHECKING:
@@ -89,13 +90,13 @@ def docker_line(
     tag = images.rolling_tag(engine, backends.backend(backend).tag_name(registry.CUDA_MAJORS[0]))
     image = image or images.image_ref(registry.configured_registry(None)[0], tag)
     if fmt == "compose":
-        return registry.compose(recipe.name, image, backend, cmd.argv, mounts, opts.port)
+        return commands.compose(recipe.name, image, backend, cmd.argv, mounts, opts.port)
     if fmt == "llama-swap-docker":
-        run = registry.docker_run_swap(image, backend, cmd.argv, mounts)
+        run = commands.docker_run_swap(image, backend, cmd.argv, mounts)
         return recipes.llama_swap_entry(
             recipe.name, run, ttl, aliases, stop="docker stop ${MODEL_ID}"
         )
-    return registry.docker_run(image, backend, cmd.argv, mounts, opts.port) + "\n"
+    return commands.docker_run(image, backend, cmd.argv, mounts, opts.port) + "\n"
 
 
 def compose_with_prometheus(

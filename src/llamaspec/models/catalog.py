@@ -14,7 +14,7 @@ from llamaspec import lock as lockfile
 from llamaspec import progress
 from llamaspec.config import ModelFile, ModelsFile, Pair
 from llamaspec.errors import LlamaspecError, choose
-from llamaspec.models import compat, derived, heads, hub
+from llamaspec.models import compat, derived, gguf_header, heads, hub
 from llamaspec.models.embedded import embedded_model
 from llamaspec.paths import writable_dir
 
@@ -89,10 +89,10 @@ def on_hand(models: ModelsFile, handle: str, locked: dict) -> bool:
 
 def tokenizer(
     model: ModelFile, console: Console, locked: dict | None, local: Path | None = None
-) -> compat.TokenizerInfo:
+) -> gguf_header.TokenizerInfo:
     """Tokenizer metadata: from a local file when given/present, else the remote header."""
     if local is not None:
-        return compat.read_local(local)
+        return gguf_header.read_local(local)
     if model.source == "derived" and derived_made(model) is None:
         raise LlamaspecError(
             f"{model.file} has not been made yet; `llamaspec models pull` with a pair that "
@@ -101,7 +101,7 @@ def tokenizer(
     path = local_path(model, locked)
     if path is not None:
         try:
-            return compat.read_local(path)
+            return gguf_header.read_local(path)
         except LlamaspecError as exc:
             if model.source == "embedded":
                 raise
@@ -157,7 +157,7 @@ def check_pair(
 
 def header(
     models: ModelsFile, handle: str, console: Console, locked: dict, local: Path | None = None
-) -> compat.TokenizerInfo:
+) -> gguf_header.TokenizerInfo:
     """`tokenizer` of a catalog model; a derived model not made yet is read from its
     source's header (the copy keeps every key), with the size its tensors will have."""
     model = models.models[handle]
@@ -167,7 +167,7 @@ def header(
     return tokenizer(model, console, locked.get(handle), local)
 
 
-def size_ratio(target: compat.TokenizerInfo, draft: compat.TokenizerInfo) -> float | None:
+def size_ratio(target: gguf_header.TokenizerInfo, draft: gguf_header.TokenizerInfo) -> float | None:
     """The draft's tensor bytes over the target's, from their headers; None when either is
     unknown, or the target is split and only its first part was read (too small a figure)."""
     if not target.nbytes or draft.nbytes is None:
@@ -184,8 +184,8 @@ def _mb(n: int | None) -> str:
 def sizes(
     name: str,
     pair: Pair,
-    target: compat.TokenizerInfo,
-    draft: compat.TokenizerInfo,
+    target: gguf_header.TokenizerInfo,
+    draft: gguf_header.TokenizerInfo,
     console: Console,
 ) -> None:
     """Refuse a pair whose draft is not smaller than its target: each draft token would cost
@@ -222,7 +222,7 @@ def sizes(
 
 def check_files(target: Path, draft: Path) -> compat.Verdict:
     """`models check --target-file T --draft-file D`: two local files, by the same rules."""
-    return heads.check(compat.read_local(target), compat.read_local(draft))
+    return heads.check(gguf_header.read_local(target), gguf_header.read_local(draft))
 
 
 def where_of(model: ModelFile, local: Path | None = None) -> str:

@@ -29,7 +29,7 @@ from rich.table import Table
 from llamaspec import config
 from llamaspec.config import ModelFile, ModelsFile, Recipe
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import compat, heads, hub
+from llamaspec.models import compat, gguf_header, heads, hub
 from llamaspec.models.recipes import load_all
 from llamaspec.paths import project_root
 
@@ -61,7 +61,7 @@ class Source:
 class Candidate:
     source: Source
     quants: tuple[str, ...] = ()
-    info: compat.TokenizerInfo | None = None
+    info: gguf_header.TokenizerInfo | None = None
     verdict: compat.Verdict | None = None
     error: str = ""
     recipes: tuple[str, ...] = ()
@@ -70,7 +70,7 @@ class Candidate:
     def ok(self) -> bool:
         return self.verdict is not None and self.verdict.ok
 
-    def ratio(self, target: compat.TokenizerInfo) -> float | None:
+    def ratio(self, target: gguf_header.TokenizerInfo) -> float | None:
         if self.info is None or not self.info.params or not target.params:
             return None
         return self.info.params / target.params
@@ -79,7 +79,7 @@ class Candidate:
 @dataclass(frozen=True)
 class Found:
     target: Source
-    info: compat.TokenizerInfo
+    info: gguf_header.TokenizerInfo
     terms: tuple[str, ...]
     candidates: tuple[Candidate, ...]
     searched: int  # repos the search returned
@@ -174,16 +174,16 @@ def _model(source: Source) -> ModelFile:
     return ModelFile(repo=source.repo, file=source.file, tokenizer="?", license="?")
 
 
-def read(source: Source) -> compat.TokenizerInfo:
+def read(source: Source) -> gguf_header.TokenizerInfo:
     """The header of `source`: a local read, or HTTP range reads of its first megabytes; a
     split GGUF is measured over all its parts (one more small header read per part)."""
     return read_sized(source)[0]
 
 
-def read_sized(source: Source) -> tuple[compat.TokenizerInfo, int | None]:
+def read_sized(source: Source) -> tuple[gguf_header.TokenizerInfo, int | None]:
     """`read`, and the bytes of the whole model (every part of a split; None: unknown)."""
     if source.path is not None:
-        return compat.read_local_split(source.path), local_size(source.path)
+        return gguf_header.read_local_split(source.path), local_size(source.path)
     info, size = hub.remote_split(_model(source), source.file, source.label)
     return info, size or None
 
@@ -272,7 +272,7 @@ def check_repo(repo: str, text: str) -> None:
 def local_size(path: Path) -> int:
     """The bytes of a local GGUF, every part of a split one together (the parts beside it;
     a missing part is left out here and named when the headers are read)."""
-    m = compat.SPLIT_NAME.match(path.name)
+    m = gguf_header.SPLIT_NAME.match(path.name)
     if not m:
         return path.stat().st_size
     count = int(m["count"])
@@ -288,7 +288,7 @@ def _pick(files: Sequence[tuple[str, int | None]]) -> str:
     return sorted(files)[0][0]
 
 
-def family_terms(info: compat.TokenizerInfo, extra: Sequence[str] = ()) -> tuple[str, ...]:
+def family_terms(info: gguf_header.TokenizerInfo, extra: Sequence[str] = ()) -> tuple[str, ...]:
     """What to search the Hub for: the family's name (`general.basename`), the architecture,
     and the user's own terms."""
     terms = [*extra]
@@ -366,7 +366,7 @@ def find(
     return Found(target, info, terms, tuple(rank(candidates, info)), len(repos), tuple(skipped))
 
 
-def rank(candidates: Sequence[Candidate], target: compat.TokenizerInfo) -> list[Candidate]:
+def rank(candidates: Sequence[Candidate], target: gguf_header.TokenizerInfo) -> list[Candidate]:
     """Compatible drafts smaller than the target first, nearest `IDEAL_RATIO` of its
     parameters first (one a recipe already uses wins a tie); then compatible ones not
     smaller; then refused ones (fewest failed rules first); then unreadable ones."""
@@ -485,7 +485,7 @@ def no_draft_advice(found: Found, catalog: ModelsFile, recipes: dict[str, Recipe
     return text
 
 
-def mtp_line(info: compat.TokenizerInfo) -> str:
+def mtp_line(info: gguf_header.TokenizerInfo) -> str:
     """Whether the target can draft with its own MTP heads (spec type mtp, no draft file)."""
     if heads.mtp_ready(info):
         return (

@@ -21,9 +21,10 @@ Three kinds, as the engine runs them (upstream llama.cpp at the default pin 0c1e
 
 from __future__ import annotations
 
-from llamaspec.models.compat import Rule, TokenizerInfo, Verdict
+from llamaspec.models.compat import Rule, Verdict
 from llamaspec.models.compat import check as check_vocab
 from llamaspec.models.compat import explain as explain_vocab
+from llamaspec.models.gguf_header import TokenizerInfo
 
 EAGLE3_ARCH = "eagle3"
 ASSISTANT_ARCH = "gemma4-assistant"

@@ -30,7 +30,7 @@ from rich.console import Console
 
 from llamaspec.config import ModelFile
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import compat
+from llamaspec.models import gguf_header
 from llamaspec.paths import cache_dir
 
 DISK_MARGIN = 1 << 30  # keep 1 GiB free after a download
@@ -194,7 +194,7 @@ def _check_server_id(
     )
 
 
-def range_fetcher(model: ModelFile, remote: RemoteFile) -> compat.Fetch:
+def range_fetcher(model: ModelFile, remote: RemoteFile) -> gguf_header.Fetch:
     """`fetch(start, end)` → the file's bytes start..end-1, by an HTTP range request
     (redirects followed); a server that ignores Range has the bytes before `start` skipped."""
     headers = hf.utils.build_hf_headers(token=_token())
@@ -220,27 +220,33 @@ def range_fetcher(model: ModelFile, remote: RemoteFile) -> compat.Fetch:
     return fetch
 
 
-def remote_tokenizer(model: ModelFile) -> compat.TokenizerInfo:
+def remote_tokenizer(model: ModelFile) -> gguf_header.TokenizerInfo:
     """Tokenizer metadata of a hub model from its first file's header (no full download)."""
     first = model.parts[0]
     remote = remote_file(model, first)
-    return compat.read_header(range_fetcher(model, remote), remote.size, f"{model.repo}/{first}")
+    return gguf_header.read_header(
+        range_fetcher(model, remote), remote.size, f"{model.repo}/{first}"
+    )
 
 
-def remote_split(model: ModelFile, filename: str, label: str) -> tuple[compat.TokenizerInfo, int]:
-    """The header of a hub file with every part of its split counted (`compat.read_split`:
+def remote_split(
+    model: ModelFile, filename: str, label: str
+) -> tuple[gguf_header.TokenizerInfo, int]:
+    """The header of a hub file with every part of its split counted (`gguf_header.read_split`:
     one small range read per later part), and the bytes of all the parts (0: unknown)."""
     remote = remote_file(model, filename)
-    info = compat.read_header(range_fetcher(model, remote), remote.size, label)
+    info = gguf_header.read_header(range_fetcher(model, remote), remote.size, label)
     sizes = [remote.size]
 
-    def part(name: str) -> compat.TokenizerInfo:
+    def part(name: str) -> gguf_header.TokenizerInfo:
         other = remote_file(model, name)
         sizes.append(other.size)
         where = f"{model.repo}/{name}"
-        return compat.read_header(range_fetcher(model, other), other.size, where, compat.PART_READ)
+        return gguf_header.read_header(
+            range_fetcher(model, other), other.size, where, gguf_header.PART_READ
+        )
 
-    info = compat.read_split(info, filename, part)
+    info = gguf_header.read_split(info, filename, part)
     return info, 0 if None in sizes else sum(sizes)  # type: ignore[arg-type]
 
 

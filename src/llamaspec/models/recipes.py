@@ -23,7 +23,7 @@ from llamaspec import config
 from llamaspec.config import ModelsFile, Recipe, Serving
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
-from llamaspec.models import compat, dialects, heads, help_check
+from llamaspec.models import dialects, gguf_header, heads, help_check
 from llamaspec.paths import project_root
 
 # The spellings, the check against a binary's --help and the command type live in the
@@ -127,7 +127,7 @@ def header_refusal(
     a file."""
     target_path = Path(target)
     if "mtp" in types and target_path.is_file():
-        info = compat.read_local_split(target_path)
+        info = gguf_header.read_local_split(target_path)
         why = heads.mtp_heads_refusal(info, subject, str(target_path))
         if why:
             return why
@@ -141,7 +141,7 @@ def header_refusal(
             )
     if draft is None or not Path(draft).is_file():
         return None
-    kind = heads.draft_kind(compat.read_local(Path(draft)))
+    kind = heads.draft_kind(gguf_header.read_local(Path(draft)))
     made_for = heads.MADE_FOR
     if kind in made_for and kind not in types and any(t in dialects.MODEL_TYPES for t in types):
         return (

@@ -310,7 +310,7 @@ def summarize(
         "measured_over_expected": round(ratio, 3) if ratio else None,
         "counters_from": "/metrics" if has_counters else "reply timings",
         "where_the_rest_goes": costmodel.where_the_rest_goes(
-            ratio, by_steps, c.drafts, cost_model=costs is not None
+            ratio, by_steps, c.drafts, cost_model=costs is not None, draft_model=draft_cost > 0
         )
         if cell.concurrency == 1
         else "Several slots batch their steps together; the single-client cost model does "
@@ -343,7 +343,8 @@ def bench(
     stem: str | None = None,
 ) -> BenchReport:
     """Run every workload `repetitions` times per concurrency, plain and speculative."""
-    logs = out_dir / f"bench-{p.name}-{artifact.id}-logs"
+    # beside the report, named as it is (a run with --server-arg has its own)
+    logs = out_dir / f"{stem or f'bench-{p.name}-{artifact.id}'}-logs"
     has_ngram_only = all(t.startswith("ngram") for t in p.types)
     levels = sorted(set(concurrency))
     keeps_state = sorted(KEEPS_STATE & set(p.types))

@@ -165,10 +165,12 @@ def where_the_rest_goes(
     by_steps: bool = False,
     drafts: float | None = None,
     cost_model: bool = True,
+    draft_model: bool = False,
 ) -> str:
     """One sentence on the gap between the measured and the predicted speedup; `by_steps`
     when verification steps were timed (else prompt batches priced them); `drafts` is how
-    many drafted steps the workload's runs had; `cost_model` false when it was skipped."""
+    many drafted steps the workload's runs had; `cost_model` false when it was skipped;
+    `draft_model` when a model drafts (its decode priced), not an n-gram lookup."""
     if not cost_model:
         return NO_COST_MODEL
     if measured_over_expected is None:
@@ -192,6 +194,12 @@ def where_the_rest_goes(
             "Measured beats expected: the batch costs come from prompt batches, which are "
             "timed under different thread scheduling than decode steps, and a plain decode step "
             "pays per-token sampling and bookkeeping that a batch shares."
+        )
+    if by_steps and draft_model:
+        return (
+            "The rest goes to work the timed steps and the draft's decodes leave out: the "
+            "draft model reading each prompt and each accepted run into its own cache, drafts "
+            "of uneven length priced at their mean, and the server's bookkeeping per round."
         )
     if by_steps:
         return (

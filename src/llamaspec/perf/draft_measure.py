@@ -28,7 +28,7 @@ from llamaspec import config
 from llamaspec.engine import toolchain
 from llamaspec.engine.artifact import Artifact, load_artifact, newest_artifact
 from llamaspec.errors import LlamaspecError
-from llamaspec.models import compat, dialects, drafts, hub
+from llamaspec.models import dialects, drafts, gguf_header, hub
 from llamaspec.models.server_help import server_help
 from llamaspec.paths import default_out, user_config
 from llamaspec.perf import bench, bench_plans, tune, workloads
@@ -41,7 +41,7 @@ DRAFT_N_MAX = 4
 WORKLOAD = "copy"
 
 
-def kv_cache(info: compat.TokenizerInfo, ctx: int) -> int | None:
+def kv_cache(info: gguf_header.TokenizerInfo, ctx: int) -> int | None:
     """Bytes of an F16 KV cache for `ctx` tokens, from the header's shape keys."""
     layers = info.dim("block_count")
     heads = info.dim("attention.head_count")
@@ -60,7 +60,9 @@ class Need:
     detail: str
 
 
-def need(target: drafts.Source, tinfo: compat.TokenizerInfo, c: drafts.Candidate, ctx: int) -> Need:
+def need(
+    target: drafts.Source, tinfo: gguf_header.TokenizerInfo, c: drafts.Candidate, ctx: int
+) -> Need:
     """The memory a target + draft pair needs at `ctx`, and how that was reckoned."""
     parts = []
     total = 0
@@ -385,7 +387,7 @@ def _entry(
     source: drafts.Source,
     got: hub.Downloaded | None,
     family: str,
-    info: compat.TokenizerInfo | None,
+    info: gguf_header.TokenizerInfo | None,
 ) -> dict:
     entry: dict = {"repo": source.repo, "file": source.file, "tokenizer": family}
     entry["license"] = "see the repo"

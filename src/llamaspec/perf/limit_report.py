@@ -351,8 +351,10 @@ def run(
 
     read = [(b.name, limit.read_bench(b)) for b in benches]  # a bad file fails first
     limit.check_build(artifact, console.print)
-    # a sweep of another target is a report of its own (c belongs to one model)
+    # a sweep of another target, or at other server threads, is a report of its own (the
+    # steps belong to one model and one setting)
     stem = f"limit-{artifact.id}" + (f"-{model.stem}" if model else "")
+    stem += f"-t-{plan.threads}" if plan.threads else ""
     result = limit.sweep(
         artifact,
         model or embedded_model(console.print),

@@ -24,7 +24,7 @@ from rich.console import Console
 from llamaspec.engine.artifact import Artifact
 from llamaspec.errors import LlamaspecError, choose
 from llamaspec.models import catalog as models
-from llamaspec.models import compat, dialects, recipes
+from llamaspec.models import compat, dialects, gguf_header, recipes
 from llamaspec.models.methods import EMBEDDED_TYPES, KNOWN, Method
 from llamaspec.models.precision import Precision, read_precision
 from llamaspec.paths import project_root
@@ -356,8 +356,8 @@ def check_gguf(path: Path, flag: str) -> None:
             head = fh.read(4)
     except OSError as err:
         raise LlamaspecError(f"{flag} {path} cannot be read ({err.strerror}). {fix}") from None
-    if head != compat.MAGIC:
-        what = "it is empty" if not head else f"it starts with {head!r}, not {compat.MAGIC!r}"
+    if head != gguf_header.MAGIC:
+        what = "it is empty" if not head else f"it starts with {head!r}, not {gguf_header.MAGIC!r}"
         raise LlamaspecError(
             f"{flag} {path} is not a GGUF file ({what}). llama-server loads GGUF only: "
             "convert the model (llama.cpp's convert_hf_to_gguf.py) or download its GGUF. " + fix
@@ -381,9 +381,9 @@ def for_files(
     check_gguf(target, "--target")
     if draft is not None:
         check_gguf(draft, "--draft")
-    target_info = compat.read_local(target)  # a truncated header is refused before any server
+    target_info = gguf_header.read_local(target)  # a truncated header is refused before any server
     if draft is not None:
-        verdict = compat.check(target_info, compat.read_local(draft))
+        verdict = compat.check(target_info, gguf_header.read_local(draft))
         if not verdict.ok:
             raise LlamaspecError(compat.explain(verdict) + " Nothing was run.")
     types = list(spec_types) or (["draft"] if draft is not None else ["ngram-mod"])
