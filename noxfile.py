@@ -34,11 +34,35 @@ def smoke(session: nox.Session) -> None:
     session.run("llamaspec", "smoke", *session.posargs)
 
 
+# What the unit tier may find on PATH besides the session's own Python: git, and the shell
+# and base utilities every machine has. No compiler, cmake, qemu, buildah or network tool.
+UNIT_PATH_TOOLS = ("git", "sh", "bash", "cat", "env", "sleep", "kill", "uname", "id")
+
+
+def _unit_path(session: nox.Session) -> str:
+    """A folder of links to UNIT_PATH_TOOLS (the ones this machine has): the unit tier's PATH
+    after the session's virtualenv."""
+    import shutil
+
+    bare = Path(session.create_tmp()) / "unit-path"
+    shutil.rmtree(bare, ignore_errors=True)
+    bare.mkdir()
+    for tool in UNIT_PATH_TOOLS:
+        if found := shutil.which(tool):
+            (bare / tool).symlink_to(found)
+    return str(bare)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Unit and integration tests (integration builds a real llama-server)."""
+    """Unit tests with Python and git alone on PATH, then integration tests (real builds and
+    servers); `nox -s tests -- ARGS` runs pytest with ARGS as they are."""
     _install(session, "test")
-    session.run("pytest", *(session.posargs or ["tests"]))
+    if session.posargs:
+        session.run("pytest", *session.posargs)
+        return
+    session.run("pytest", "tests/unit", env={"PATH": _unit_path(session)})
+    session.run("pytest", "tests/integration")
 
 
 @nox.session
