@@ -35,8 +35,12 @@ def smoke(session: nox.Session) -> None:
 
 
 # What the unit tier may find on PATH besides the session's own Python: git, and the shell
-# and base utilities every machine has. No compiler, cmake, qemu, buildah or network tool.
-UNIT_PATH_TOOLS = ("git", "sh", "bash", "cat", "env", "sleep", "kill", "uname", "id")
+# and the base utilities (coreutils, grep, sed) of every machine. No compiler, binutils,
+# cmake, ninja, qemu, buildah, docker or network tool.
+UNIT_PATH_TOOLS = ("git", "sh", "bash", "env", "cat", "true", "false", "sleep", "kill", "id")
+UNIT_PATH_TOOLS += ("uname", "touch", "mkdir", "rm", "ls", "cp", "mv", "chmod", "ln", "date")
+UNIT_PATH_TOOLS += ("head", "tail", "tr", "wc", "sort", "cut", "tee", "printf", "basename")
+UNIT_PATH_TOOLS += ("dirname", "readlink", "sha256sum", "stat", "sed", "grep")
 
 
 def _unit_path(session: nox.Session) -> str:
@@ -44,7 +48,7 @@ def _unit_path(session: nox.Session) -> str:
     after the session's virtualenv."""
     import shutil
 
-    bare = Path(session.create_tmp()) / "unit-path"
+    bare = Path(session.create_tmp()).resolve() / "unit-path"  # absolute: tests change dirs
     shutil.rmtree(bare, ignore_errors=True)
     bare.mkdir()
     for tool in UNIT_PATH_TOOLS:
@@ -63,6 +67,13 @@ def tests(session: nox.Session) -> None:
         return
     session.run("pytest", "tests/unit", env={"PATH": _unit_path(session)})
     session.run("pytest", "tests/integration")
+
+
+@nox.session
+def unit(session: nox.Session) -> None:
+    """The unit tier alone, with Python and git alone on PATH (as `nox -s tests` runs it)."""
+    _install(session, "test")
+    session.run("pytest", "tests/unit", *session.posargs, env={"PATH": _unit_path(session)})
 
 
 @nox.session

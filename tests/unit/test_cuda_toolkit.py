@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from llamaspec.engine.cuda import assemble, choice, elf, host, toolkit
+from llamaspec.engine.cuda import assemble, choice, host, toolkit
 from llamaspec.errors import LlamaspecError
 
 pytestmark = pytest.mark.unit
@@ -185,16 +185,6 @@ def test_archs_the_pinned_toolkit_cannot_target_are_refused_before_download(inde
 def test_driver_versions_against_cuda_majors() -> None:
     assert host.driver_ok("580.65.06", 13) and not host.driver_ok("575.57.08", 13)
     assert host.driver_ok("550.54.15", 12) and not host.driver_ok("garbage", 13)
-
-
-def test_runtime_libraries_follow_needed_entries(tmp_path: Path) -> None:
-    """DT_NEEDED read by the real readelf from real binaries (the system's own libraries)."""
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    true = Path("/bin/true").resolve()
-    libc = next(n for n in elf.needed(true) if n.startswith("libc.so"))
-    assert elf.runtime_libraries([true], lib) == []  # libc is no CUDA runtime library
-    assert libc == "libc.so.6"
 
 
 def test_a_system_toolkit_keeps_its_libraries_under_targets(tmp_path: Path) -> None:

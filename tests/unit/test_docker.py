@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,6 @@ from llamaspec.images import commands, registry, remote, tools
 from llamaspec.images import specs as images
 from llamaspec.images.build import all_build_args
 from llamaspec.images.smoke import server_shim
-from llamaspec.images.stage import system_libs
 from llamaspec.paths import cache_dir
 
 pytestmark = pytest.mark.unit
@@ -316,30 +314,6 @@ def test_run_hint_renders_the_recipe_for_the_engine() -> None:
     assert "-md /models/gemma-3-270m-q4_k_m.gguf --draft-max 8" in hint and "--gpus" not in hint
     with pytest.raises(LlamaspecError, match="Did you mean 'qwen2.5-coder-7b'"):
         registry.run_hint("r/x", "cpu", ik, ik.pin, "qwen2.5-coder-7", ROOT)
-
-
-def test_system_libraries_exclude_the_base_set(tmp_path: Path) -> None:
-    """Real ldd on a real binary: the C library stays out, anything else is copied."""
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "lib").mkdir()
-    binary = Path(sys.executable).resolve()
-    shutil.copy2(binary, tmp_path / "bin" / "server")
-    found = system_libs(tmp_path)
-    ldd = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
-    assert "libc.so.6" in ldd and "libc.so.6" not in found
-    assert not any(n.startswith(("libm.so", "ld-linux", "libstdc++")) for n in found)
-    expected = {
-        ln.split()[0]
-        for ln in ldd.splitlines()
-        if "=>" in ln and not containers_base(ln.split()[0])
-    }
-    assert set(found) == expected
-
-
-def containers_base(name: str) -> bool:
-    from llamaspec.images.stage import BASE_LIBS
-
-    return bool(BASE_LIBS.match(name))
 
 
 def stand_ins(where: Path, **scripts: str) -> str:

@@ -52,14 +52,6 @@ def cli(*args: str, home: Path) -> subprocess.CompletedProcess:
     return runcli.cli(*args, env_cache=home, path=str(home / "no-tools"))
 
 
-def test_runtime_needs_reads_the_glibc_versions_of_real_elf_files(tmp_path: Path) -> None:
-    aid = make_artifact(tmp_path)
-    (tmp_path / aid / "lib" / "notes.txt").write_text("not an ELF file")
-    needs = from_artifact.runtime_needs(tmp_path / aid)
-    assert set(needs) == {"GLIBC"}  # coreutils' `true` is C: no libstdc++
-    assert needs["GLIBC"].startswith("2.")
-
-
 def test_an_artifact_of_another_backend_is_refused(tmp_path: Path) -> None:
     art = load_artifact(tmp_path, make_artifact(tmp_path, backend="vulkan"))
     with pytest.raises(LlamaspecError, match="is a vulkan build, not cpu"):

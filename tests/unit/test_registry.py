@@ -9,10 +9,8 @@ docker's own words as users reported them."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -501,47 +499,6 @@ def test_a_from_artifact_build_leaves_no_container_or_image_behind(tmp_path: Pat
     with tool.new_images_removed():
         pass  # a build that made none: nothing removed
     assert not any(c.startswith("rmi") for c in log.read_text().splitlines())
-
-
-def test_build_image_of_an_artifact_keeps_no_layers(tmp_path: Path) -> None:
-    """What `docker build --from-artifact` asks buildah for (the build is not run here)."""
-    from llamaspec.engine.artifact import load_artifact
-
-    class Stop(Exception):
-        pass
-
-    seen: list[tools.BuildSettings] = []
-
-    class Recording(tools.Buildah):
-        def build_settings(self, base_image, ccache, say):
-            return tools.BuildSettings(pull_never=True)
-
-        @contextlib.contextmanager
-        def working_container(self, ref):
-            yield "ctr"
-
-        def run_argv(self, ctr, argv, mounts=(), env=None, network=False):
-            return ["true"]  # llama-server --version runs in the base
-
-        def build_argv(self, dockerfile, context, target, args, settings=None, **kw):
-            seen.append(settings)
-            raise Stop
-
-    dist, repo, aid = tmp_path / "dist", tmp_path / "repo", "llamacpp-cpu-0123456789ab"
-    (dist / aid / "bin").mkdir(parents=True)
-    (dist / aid / "lib").mkdir()
-    shutil.copy2(shutil.which("true"), dist / aid / "bin" / "llama-server")
-    manifest = {"artifact_id": aid, "engine": "llama.cpp", "commit": ENGINE.pin,
-                "backend": "cpu", "variants": ["portable"], "patches": []}  # fmt: skip
-    (dist / aid / "manifest.json").write_text(json.dumps(manifest))
-    (repo / "docker").mkdir(parents=True)
-    shutil.copy2(ROOT / "docker" / "Dockerfile.cpu", repo / "docker")
-    art = load_artifact(dist, aid)
-    with pytest.raises(Stop):
-        build.build_image(Recording(), images.ImageSpec(), Console(), root=repo, logs=tmp_path,
-                          artifact=art)  # fmt: skip
-    assert [s.keep_layers for s in seen] == [False]
-    assert not (repo / ".llamaspec-stage").exists()  # the staged tree is gone too
 
 
 def test_the_image_source_comes_from_the_project_url(

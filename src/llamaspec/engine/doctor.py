@@ -41,11 +41,8 @@ def doctor(
     named = [backends.check_backend(b) for b in named]
     engines = config.load_engines()
     engine = engines[choose("engine", spec.engine, engines)]
-    tools = toolchain.detect()
-    path = None
-    if tree:
-        path = sources.fetch(engine, None, spec.source, spec.source_dir, console.print).path
-    failed = []
+    # every input first, the tools after: a bad option is named as such without a compiler
+    plans = []
     for backend in named or list(backends.BACKENDS):
         cuda_arch = spec.cuda_arch if backends.backend(backend).cuda else None
         one = replace(spec, engine=engine.name, backend=backend, cuda_arch=cuda_arch)
@@ -56,6 +53,15 @@ def doctor(
                 toolkit = resolve_toolkit(spec.cuda_toolkit, project_root(), console.print, False)
             except NotAssembled as exc:
                 note = exc.message
+        plans.append((backend, opts, toolkit, note))
+    if tree:
+        sources.check_request(engine, None, spec.source, spec.source_dir)
+    tools = toolchain.detect()
+    path = None
+    if tree:
+        path = sources.fetch(engine, None, spec.source, spec.source_dir, console.print).path
+    failed = []
+    for backend, opts, toolkit, note in plans:
         result = preflight.run(
             backend, tools, path, opts.archs, opts.defines, toolkit, doctor_note=note
         )

@@ -123,18 +123,24 @@ def prepare(
         # A history pin (engines.yaml `history`) builds with its own record: its PyPI mirror,
         # and its date for the patch queue's in-base judgement and the reproducible epoch.
         engine = config.record_for(engine, spec.pin or engine.pin) or engine
-    tools = toolchain.detect()
     say = console.print
-    toolkit = None
-    if backends.backend(backend).cuda:
-        project = root or _root()
-        cuda_choice.check_archs_before_download(spec.cuda_toolkit, resolved.archs, project)
-        toolkit = cuda_choice.resolve(spec.cuda_toolkit, project, say)
+    toolkit, cuda = None, backends.backend(backend).cuda
+    project = root or _root()
+    if cuda:
+        choice = cuda_choice.check_choice(spec.cuda_toolkit)
+        cuda_choice.check_archs_before_download(choice, resolved.archs, project)
+        if choice not in cuda_choice.CHOICES:  # a folder: read here, nothing fetched
+            toolkit = cuda_choice.resolve(choice, project, say)
     elif spec.cuda_toolkit != "auto":
         raise LlamaspecError(
             f"--cuda-toolkit applies to --backend cuda only, not {backend!r}; drop it or build "
             "CUDA."
         )
+    preflight.check_archs(backend, resolved.archs)
+    # the tools last: a bad input is named as such on a machine without a compiler too
+    tools = toolchain.detect()
+    if cuda and toolkit is None:  # may fetch the pinned CUDA wheels: after the tools are found
+        toolkit = cuda_choice.resolve(choice, project, say)
     preflight.run(backend, tools, None, resolved.archs, resolved.defines, toolkit).require()
     tree = sources.fetch(engine, spec.pin, spec.source, spec.source_dir, say)
     patched = patches.apply(

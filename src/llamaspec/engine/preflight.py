@@ -470,8 +470,13 @@ def run(
     elif b.compiles_pipelines:  # Vulkan: its SDK, glslc and headers
         vk, extra = vulkan_checks(tree, defines)
         checks += vk
-    elif cuda_archs is not None:
+    check_archs(backend, cuda_archs)
+    return Preflight(backend, tuple(checks), tuple(extra))
+
+
+def check_archs(backend: str, cuda_archs: tuple[str, ...] | None) -> None:
+    """--cuda-arch on a backend that is not CUDA's: refused (no tool is needed to say so)."""
+    if cuda_archs is not None and not backends.backend(backend).cuda:
         raise LlamaspecError(
             f"--cuda-arch applies to --backend cuda only, not {backend!r}; drop it or build CUDA."
         )
-    return Preflight(backend, tuple(checks), tuple(extra))

@@ -476,8 +476,11 @@ def check_request(
                 f"--source-dir {source_dir} does not exist or is not a directory. Give the path "
                 f"of a {engine.name} checkout (the directory that holds CMakeLists.txt)."
             )
-        if pin and _git_kind(source_dir.expanduser().resolve()) is None:
-            raise _plain_pin_error(engine, pin, source_dir.expanduser().resolve())
+        where = source_dir.expanduser().resolve()
+        if _git_kind(where) is None:  # a plain tree: the engine's, at no commit one can name
+            _check_engine_tree(where, engine, "--source-dir")
+            if pin:
+                raise _plain_pin_error(engine, pin, where)
         return
     if source_dir is not None:
         raise LlamaspecError(f"--source-dir only goes with --source local (not --source {kind}).")
