@@ -38,6 +38,40 @@ if [ "$1" = "rpc-server" ]; then
   case " $* " in *" -p "*|*" --port "*) ;; *) set -- -p 50052 "$@" ;; esac
   exec "$rpc" "$@"
 fi
+# The image's own variables (declared in llamaspec/env.py), refused with a sentence before
+# anything starts: no control character or value over 4096 characters in any, a port, a
+# count, an address and the gate's words where those are asked for.
+refuse() {
+  echo "llamaspec: $1 is '$2', which $3; set it to $4, or leave it unset." >&2
+  exit 2
+}
+for name in LLAMASPEC_HOST LLAMASPEC_PORT LLAMASPEC_PORT_FILE LLAMASPEC_SPEC_GATE \
+  LLAMASPEC_GATE_FILE LLAMASPEC_GATE_TOKENS LLAMASPEC_GATE_LOG; do
+  eval "value=\${$name:-}"
+  case "$value" in *[[:cntrl:]]*) refuse "$name" "$value" "holds a control character" \
+    "a value without one" ;; esac
+  [ "${#value}" -le 4096 ] || refuse "$name" "(${#value} characters)" "is too long" \
+    "a value of 4096 characters at most"
+done
+case "${LLAMASPEC_PORT:-8080}" in
+  [1-9]|[1-9][0-9]|[1-9][0-9][0-9]|[1-9][0-9][0-9][0-9]|[1-9][0-9][0-9][0-9][0-9]) ;;
+  *) refuse LLAMASPEC_PORT "$LLAMASPEC_PORT" "is not a port" "a port from 1 to 65535" ;;
+esac
+[ "${LLAMASPEC_PORT:-8080}" -le 65535 ] \
+  || refuse LLAMASPEC_PORT "$LLAMASPEC_PORT" "is not a port" "a port from 1 to 65535"
+case "${LLAMASPEC_GATE_TOKENS:-64}" in
+  ''|*[!0-9]*|??????????*) refuse LLAMASPEC_GATE_TOKENS "$LLAMASPEC_GATE_TOKENS" \
+    "is not a whole number of 0 or more" "a whole number such as 64" ;;
+esac
+case "${LLAMASPEC_HOST:-0.0.0.0}" in
+  *[!A-Za-z0-9.:_[\]-]*) refuse LLAMASPEC_HOST "$LLAMASPEC_HOST" "is not an address" \
+    "an address to listen on (0.0.0.0)" ;;
+esac
+case "${LLAMASPEC_SPEC_GATE:-warn}" in
+  off|warn|fail|OFF|WARN|FAIL|Off|Warn|Fail) ;;
+  *) refuse LLAMASPEC_SPEC_GATE "$LLAMASPEC_SPEC_GATE" "is not one of off, warn, fail" \
+    "off, warn or fail" ;;
+esac
 if [ -s "$root/cpu-needs.txt" ] && [ -r /proc/cpuinfo ]; then
   have=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
   missing=""

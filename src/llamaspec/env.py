@@ -150,6 +150,9 @@ HOST = EnvVar(
     "`LLAMA_ARG_HOST` is given.",
     "`0.0.0.0`",
     IMAGE,
+    kind="pattern",
+    pattern=r"[A-Za-z0-9.:_\[\]-]+",
+    form="an address to listen on, a name or an IPv4 or IPv6 address (0.0.0.0)",
 )
 PORT = EnvVar(
     "LLAMASPEC_PORT",
@@ -157,6 +160,7 @@ PORT = EnvVar(
     "`LLAMA_ARG_PORT` is given; the health check falls back to it.",
     "`8080`",
     IMAGE,
+    kind="port",
 )
 PORT_FILE = EnvVar(
     "LLAMASPEC_PORT_FILE",
@@ -187,6 +191,7 @@ GATE_TOKENS = EnvVar(
     "that has drafted nothing.",
     "`64`",
     IMAGE,
+    kind="count",
 )
 GATE_LOG = EnvVar(
     "LLAMASPEC_GATE_LOG",
@@ -252,7 +257,8 @@ def seconds(var: EnvVar, default: float) -> float:
     return value
 
 
-KINDS = ("text", "seconds", "writable-dir", "dir", "file", "url", "choice", "pattern")
+KINDS = ("text", "seconds", "writable-dir", "dir", "file", "url", "choice", "pattern", "port")
+KINDS += ("count",)  # the last two: read inside an image (docker/entrypoint.sh checks them)
 LONGEST = 4096  # characters: no path, URL or name llamaspec reads is longer
 # control characters, line and paragraph separators, and the direction overrides that make
 # text read other than it is
@@ -289,6 +295,12 @@ def _unlike(var: EnvVar, value: str) -> str | None:
     if var.kind == "seconds":
         number = float(value) if _NUMBER.fullmatch(value) else math.nan
         return None if math.isfinite(number) and number > 0 else "is not a number above 0"
+    if var.kind == "port":
+        ok = value.isascii() and value.isdigit() and len(value) <= 5 and 0 < int(value) < 65536
+        return None if ok else "is not a port, a whole number from 1 to 65535"
+    if var.kind == "count":
+        ok = value.isascii() and value.isdigit() and len(value) <= 9
+        return None if ok else "is not a whole number of 0 or more"
     if var.kind == "url":
         return None if _URL.fullmatch(value) else "is not an http:// or https:// URL"
     if var.kind == "choice":
@@ -308,6 +320,8 @@ def _wanted(var: EnvVar) -> str:
         "file": "a file that exists",
         "url": "an http:// or https:// URL",
         "choice": " or ".join(var.choices),
+        "port": "a port from 1 to 65535",
+        "count": "a whole number such as 64",
         "pattern": var.form,
     }.get(var.kind, "a value without control characters")
 
@@ -339,9 +353,11 @@ def markdown() -> str:
         "",
         "## Inside an image",
         "",
-        "Read by the image's entrypoint and health check (`docker run -e NAME=VALUE`).",
+        "Read by the image's entrypoint and health check (`docker run -e NAME=VALUE`). The "
+        "entrypoint refuses a value one does not take (the last column; none takes a control "
+        "character) with a sentence naming it, before the server starts.",
         "",
-        *_table([v for v in VARIABLES if v.read_by == IMAGE]),
+        *_table([v for v in VARIABLES if v.read_by == IMAGE], takes=True),
         "",
     ]
     return "\n".join(out)

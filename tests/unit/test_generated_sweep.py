@@ -143,6 +143,8 @@ GARBAGE = {
     "url": ("not a url", "ftp://host/x", "http://", "http://a b/"),
     "choice": ("maybe", "o ff"),
     "pattern": ("Not A Name!", "a b"),
+    "port": ("abc", "0", "-1", "70000", " 8080", "99999999999999999999"),
+    "count": ("abc", "-1", "1.5", "9999999999"),
 }
 FINE = {  # one value each kind takes (a pattern's comes from its form's example)
     "text": "1",
@@ -151,6 +153,8 @@ FINE = {  # one value each kind takes (a pattern's comes from its form's example
     "dir": "{tmp}/empty",
     "file": "{tmp}/afile",
     "url": "http://127.0.0.1:9/simple",
+    "port": "8080",
+    "count": "64",
 }
 READ = [v for v in env.VARIABLES if v.read_by == env.LLAMASPEC]
 CASES = [(v, text) for v in READ for text in (*GARBAGE[v.kind], *EVERYWHERE)]
@@ -208,3 +212,51 @@ def test_every_variable_takes_a_value_of_its_kind(var: env.EnvVar, world: Path, 
     monkeypatch.setenv(var.name, _fine(var).replace("{tmp}", str(world)))
     env.check()
     assert not (world / "new").exists()  # checking a directory does not create it
+
+
+# --- the image's own variables: docker/entrypoint.sh refuses the same garbage --------------
+
+ENTRYPOINT = Path(__file__).resolve().parents[2] / "docker" / "entrypoint.sh"
+IN_IMAGE = [v for v in env.VARIABLES if v.read_by == env.IMAGE] + [env.SPEC_GATE]
+# a direction override is no control character to the shell: the image's check is bytes
+IMAGE_CASES = [(v, t) for v in IN_IMAGE for t in (*GARBAGE[v.kind], "a\nb", "x" * 10_000)]
+
+
+def _start(tmp_path: Path, name: str, value: str):
+    """docker/entrypoint.sh with a stand-in llama-server that only says it started."""
+    import subprocess
+
+    server = tmp_path / "root" / "bin" / "llama-server"
+    server.parent.mkdir(parents=True, exist_ok=True)
+    server.write_text("#!/bin/sh\necho started\n")
+    server.chmod(0o755)
+    base = {"PATH": "/usr/bin:/bin", "LLAMASPEC_ROOT": str(tmp_path / "root")}
+    base |= {
+        "LLAMASPEC_PORT_FILE": str(tmp_path / "port"),
+        "LLAMASPEC_GATE_FILE": str(tmp_path / "g"),
+    }
+    return subprocess.run(
+        ["sh", str(ENTRYPOINT)], env={**base, name: value}, capture_output=True, text=True,
+        timeout=30,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("var", "text"), IMAGE_CASES, ids=[f"{v.name}={t[:20]!r}" for v, t in IMAGE_CASES]
+)
+def test_the_image_refuses_its_variables_set_to_garbage_before_the_server_starts(
+    var: env.EnvVar, text: str, tmp_path: Path
+) -> None:
+    assert env._unlike(var, text), "the table's kind takes what the image refuses"
+    proc = _start(tmp_path, var.name, text)
+    assert proc.returncode == 2 and "started" not in proc.stdout, (proc.stdout, proc.stderr)
+    said = " ".join(proc.stderr.split())
+    assert said.startswith(f"llamaspec: {var.name} is ") and "leave it unset" in said, said
+
+
+@pytest.mark.parametrize("var", IN_IMAGE, ids=[v.name for v in IN_IMAGE])
+def test_the_image_starts_with_a_value_of_each_kind(var: env.EnvVar, tmp_path: Path) -> None:
+    value = _fine(var).replace("{tmp}", str(tmp_path))
+    assert env._unlike(var, value) is None
+    proc = _start(tmp_path, var.name, value)
+    assert proc.returncode == 0 and "started" in proc.stdout, proc.stderr
