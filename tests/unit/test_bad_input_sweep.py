@@ -33,7 +33,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
@@ -364,6 +364,43 @@ def run(entry: dict[str, Any], tmp: Path, monkeypatch, capsys) -> tuple[Any, str
     return status, out, err
 
 
+class Answer(NamedTuple):
+    """How an input was answered in its world, and what it wrote there and in the checkout."""
+
+    world: Path
+    status: Any
+    out: str
+    err: str
+    checkout: list[str]  # what it changed in the checkout (restored since)
+    written: list[str]  # what it changed in its world
+
+
+def answer(
+    entry: dict[str, Any], tmp_path: Path, monkeypatch, capsys, models: Path | None
+) -> Answer:
+    """`entry` run in a fresh world under tmp_path (the generated sweeps use it too)."""
+    world = tmp_path / "w"
+    world.mkdir()
+    _world(world, entry, monkeypatch, models)
+    before, checkout = tree(world), tree(ROOT)
+    status, out, err = run(entry, world, monkeypatch, capsys)
+    after, checkout_after = tree(world), tree(ROOT)
+    damage = changes(checkout, checkout_after)
+    if damage:
+        _restore_checkout(checkout, checkout_after)
+    return Answer(world, status, out, err, damage, changes(before, after))
+
+
+def problems_of(entry: dict[str, Any], a: Answer) -> list[str]:
+    """`verdict`, and any write in the checkout or the world."""
+    problems = verdict(entry, a.world, a.status, a.out, a.err)
+    if a.checkout:
+        problems.append(f"the checkout was written: {a.checkout} (restored)")
+    if a.written:
+        problems.append(f"written under the temp dir: {a.written}")
+    return problems
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
 def test_bad_input_is_refused_in_one_paragraph_and_writes_nothing(
     entry: dict[str, Any],
@@ -372,21 +409,9 @@ def test_bad_input_is_refused_in_one_paragraph_and_writes_nothing(
     capsys: pytest.CaptureFixture,
     models_cache: Path | None,
 ) -> None:
-    world = tmp_path / "w"
-    world.mkdir()
-    _world(world, entry, monkeypatch, models_cache)
-    before, checkout = tree(world), tree(ROOT)
-    status, out, err = run(entry, world, monkeypatch, capsys)
-    after, checkout_after = tree(world), tree(ROOT)
-    damage = changes(checkout, checkout_after)
-    if damage:
-        _restore_checkout(checkout, checkout_after)
-    shown = f"\n--- stdout:\n{out[-1500:]}\n--- stderr:\n{err[-1500:]}"
-    problems = verdict(entry, world, status, out, err)
-    if damage:
-        problems.append(f"the checkout was written: {damage} (restored)")
-    if written := changes(before, after):
-        problems.append(f"written under the temp dir: {written}")
+    a = answer(entry, tmp_path, monkeypatch, capsys, models_cache)
+    shown = f"\n--- stdout:\n{a.out[-1500:]}\n--- stderr:\n{a.err[-1500:]}"
+    problems = problems_of(entry, a)
     assert not problems, "; ".join(problems) + shown
 
 

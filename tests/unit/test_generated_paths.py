@@ -26,17 +26,12 @@ from pathlib import Path
 import pytest
 from test_bad_input_sweep import (  # the hand-written sweep's world, guard and verdict
     ARTIFACT,
-    ROOT,
     WouldStart,
     _parser,
-    _restore_checkout,
-    _world,
-    changes,
+    answer,
     error_paragraph,
     models_cache,  # noqa: F401 (a fixture)
-    run,
-    tree,
-    verdict,
+    problems_of,
 )
 
 pytestmark = pytest.mark.unit
@@ -143,8 +138,8 @@ def test_no_option_takes_a_path_of_no_kind() -> None:
 
 
 def test_the_sweep_reaches_every_path_option() -> None:
-    options = {c[0].rsplit(" ", 3)[0] for c in CASES}
-    assert len(CASES) >= 200 and len(options) >= 70, (len(CASES), len(options))
+    options = [a for _, parser in _commands(_parser()) for a in parser._actions if _is_path(a)]
+    assert len(options) >= 76 and len(CASES) >= 4 * len(options), (len(options), len(CASES))
 
 
 @pytest.mark.parametrize(("argv", "value"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -156,22 +151,10 @@ def test_a_path_no_command_can_use_is_refused_naming_it(
     capsys,
     models_cache,  # noqa: F811
 ) -> None:
-    world = tmp_path / "w"
-    world.mkdir()
     entry = {"argv": argv, "expect": [value], "why": "generated"}
-    _world(world, entry, monkeypatch, models_cache)
-    before, checkout = tree(world), tree(ROOT)
-    status, out, err = run(entry, world, monkeypatch, capsys)
-    after, checkout_after = tree(world), tree(ROOT)
-    damage = changes(checkout, checkout_after)
-    if damage:
-        _restore_checkout(checkout, checkout_after)
-    problems = verdict(entry, world, status, out, err)
-    if damage:
-        problems.append(f"the checkout was written: {damage} (restored)")
-    if written := changes(before, after):
-        problems.append(f"written in the world: {written}")
-    assert not problems, "; ".join(problems) + f"\n--- stderr:\n{err[-1200:]}"
+    a = answer(entry, tmp_path, monkeypatch, capsys, models_cache)
+    problems = problems_of(entry, a)
+    assert not problems, "; ".join(problems) + f"\n--- stderr:\n{a.err[-1200:]}"
 
 
 # --- text that reaches generated files and commands ----------------------------------------
@@ -208,16 +191,10 @@ def test_punctuation_in_text_is_taken_or_refused_never_a_traceback(
     capsys,
     models_cache,  # noqa: F811
 ) -> None:
-    world = tmp_path / "w"
-    world.mkdir()
     entry = {"argv": argv, "expect": [], "why": "generated"}
-    _world(world, entry, monkeypatch, models_cache)
-    checkout = tree(ROOT)
-    status, out, err = run(entry, world, monkeypatch, capsys)
-    damage = changes(checkout, tree(ROOT))
-    if damage:
-        _restore_checkout(checkout, tree(ROOT))
-    assert not damage, f"the checkout was written: {damage} (restored)"
+    a = answer(entry, tmp_path, monkeypatch, capsys, models_cache)
+    status, out, err = a.status, a.out, a.err
+    assert not a.checkout, f"the checkout was written: {a.checkout} (restored)"
     assert not isinstance(status, BaseException) or isinstance(status, WouldStart), (
         f"{type(status).__name__}: {status}\n{err[-1200:]}"
     )
