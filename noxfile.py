@@ -48,7 +48,9 @@ def _unit_path(session: nox.Session) -> str:
     after the session's virtualenv."""
     import shutil
 
-    bare = Path(session.create_tmp()).resolve() / "unit-path"  # absolute: tests change dirs
+    # in the session's virtualenv, not session.create_tmp(): that sets TMPDIR for the
+    # session, which puts every later test's temporary files inside the checkout
+    bare = Path(session.virtualenv.location).resolve() / "unit-path"  # absolute: tests cd
     shutil.rmtree(bare, ignore_errors=True)
     bare.mkdir()
     for tool in UNIT_PATH_TOOLS:

@@ -28,6 +28,7 @@ def test_a_short_sweep_times_both_ends_in_two_processes_and_prices_each_point(
     rep = json.loads((tmp_path / f"limit-{upstream_artifact.id}.json").read_text())
     [step] = rep["steps"]
     assert step["length"] == 2
+    ends = [step["accepted"], step["rejected"]]
     for end in ("accepted", "rejected"):
         timed = step[end]
         assert len(timed["processes"]) == 2, timed  # two server processes, each its median
@@ -38,9 +39,12 @@ def test_a_short_sweep_times_both_ends_in_two_processes_and_prices_each_point(
     assert set(points) == {0.0, 0.9}
     assert points[0.0]["alpha_per_token"] == 0.0  # every draft rejected
     assert points[0.9]["alpha_per_token"] > 0.5  # most accepted (by coin flip: maybe all)
+    # beyond noise: past the cheapest step by more than the step's server, started again,
+    # ran from itself (each point runs in a server process of its own)
+    margin = max((max(t["processes"]) - min(t["processes"])) / t["ratio"] for t in ends)
     for p in points.values():
         assert p["ceiling"] and p["ceiling_high"] >= p["ceiling"] * 0.99, p
-        assert p["above"] == (p["speedup_low"] > p["ceiling_high"]), p
+        assert p["above"] == (p["speedup_low"] > p["ceiling_high"] * (1 + margin)), p
     assert rep["above"] == sum(p["above"] for p in points.values())
     md = (tmp_path / f"limit-{upstream_artifact.id}.md").read_text()
     assert "in each of 2 server processes" in md and "started again ran up to" in md
