@@ -246,15 +246,14 @@ def seconds(var: EnvVar, default: float) -> float:
     raw = os.environ.get(var.name, "")
     if raw == "":
         return default
-    value = float(raw) if _NUMBER.fullmatch(raw) else math.nan
-    if not (math.isfinite(value) and value > 0):
+    if _unlike(var, raw):  # the same rule `check` holds every seconds variable to
         raise LlamaspecError(
             f"The environment variable {var.name} is {raw!r}, which is not a number of "
             f"seconds greater than 0 (it says how long llamaspec waits for a server it "
             f"started to answer /health). Set it to a plain number such as "
             f"`{var.name}=1800`, or unset it for the default ({var.default.split()[0]})."
         )
-    return value
+    return float(raw)
 
 
 KINDS = ("text", "seconds", "writable-dir", "dir", "file", "url", "choice", "pattern", "port")
